@@ -1,0 +1,5 @@
+import sys
+
+from perflsp.cli import main
+
+sys.exit(main())

@@ -1,0 +1,599 @@
+"""`ModuleContext`: what every rule reads about one parsed file.
+
+Built on the single `Walk`: qualified names through import aliases, a small type inference
+(tensor / nn.Module / numpy / plain Python / unknown), hot regions with the reason they are hot,
+loop-invariance, and source positions computed only for the statements that hold findings.
+Rules ask questions; nothing here knows about any particular rule.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+
+from perflsp.config import Settings
+from perflsp.rules.walk import Binding, ClassInfo, Frame, FunctionInfo, Walk, iter_children
+
+# Kinds of values the inference tells apart. `None` means unknown: rules that need a tensor
+# stay silent on unknown values, because false positives kill linters.
+TENSOR = "tensor"
+MODULE = "module"  # an nn.Module instance
+NUMPY = "numpy"
+PYTHON = "python"  # a known non-tensor Python value (int, list, dtype, device, ...)
+LOADER = "loader"  # a DataLoader: iterating it yields tensors
+PARAMS = "params"  # model.parameters(): iterating it yields tensors
+NAMED_PARAMS = "named-params"  # model.named_parameters(): yields (name, tensor)
+
+# torch.<name> callables that do not return tensors.
+_TORCH_NON_TENSOR = frozenset(
+    """device dtype no_grad enable_grad inference_mode set_grad_enabled is_grad_enabled manual_seed
+    seed initial_seed is_tensor is_storage is_floating_point is_complex numel compile save load
+    get_default_dtype set_default_dtype set_default_device set_printoptions Size Generator autocast
+    use_deterministic_algorithms set_float32_matmul_precision get_float32_matmul_precision
+    set_num_threads get_num_threads finfo iinfo typename is_nonzero set_anomaly_enabled
+    is_anomaly_enabled vmap cond""".split()
+)
+_TORCH_NON_TENSOR_PREFIXES = (
+    "torch.cuda.", "torch.backends.", "torch.optim.", "torch.utils.", "torch.distributed.",
+    "torch.jit.", "torch.autograd.", "torch.profiler.", "torch.onnx.", "torch.testing.", "torch.amp.",
+    "torch.compiler.", "torch.multiprocessing.", "torch.mps.", "torch.xpu.", "torch.hub.",
+)
+_TORCH_TENSOR_PREFIXES = ("torch.nn.functional.", "torch.linalg.", "torch.fft.", "torch.special.", "torch.nn.init.")
+_TENSOR_NON_TENSOR_METHODS = frozenset(
+    """item tolist size dim ndimension numel nelement element_size data_ptr stride is_contiguous
+    is_floating_point is_complex get_device backward storage untyped_storage equal is_pinned
+    register_hook is_set_to has_names storage_offset""".split()
+)
+_TENSOR_ATTRS = frozenset({"T", "mT", "H", "mH", "grad", "data", "real", "imag"})
+_TENSOR_PYTHON_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout", "names", "itemsize", "nbytes"})
+_MODULE_SELF_METHODS = frozenset(
+    "to cuda cpu eval train half float double bfloat16 requires_grad_ apply share_memory to_empty compile".split()
+)
+_PY_RESULT_BUILTINS = frozenset(
+    "len int float bool str range list dict tuple set sorted enumerate zip isinstance print repr "
+    "hasattr getattr type id hash round format".split()
+)
+_LITERALS = (
+    cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString,
+    cst.FormattedString, cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.DictComp,
+    cst.SetComp, cst.Lambda,
+)
+_INDEX_LIKE = frozenset({"idx", "i", "step", "epoch", "batch_idx", "dataloader_idx", "batch_nb", "optimizer_idx"})
+_MARKERS = {"perflsp.hot": "@perflsp.hot", "perflsp.profile": "@perflsp.profile"}
+
+
+class HotReason:
+    """Why code runs many times; rendered once positions are known."""
+
+    __slots__ = ("kind", "node", "function", "caller")
+
+    def __init__(self, kind: str, node: cst.CSTNode, function: Optional[FunctionInfo] = None,
+                 caller: Optional["HotReason"] = None):
+        self.kind = kind  # "loop" | "marker:<text>" | "name" | "called"
+        self.node = node  # the loop, the def, or the call that makes it hot
+        self.function = function
+        self.caller = caller
+
+
+class ModuleContext:
+    def __init__(self, module: cst.Module, settings: Settings, path: str = "<stdin>"):
+        self.module = module
+        self.settings = settings
+        self.path = path
+        self.walk = Walk(module)
+        self._scopes: Dict[Optional[FunctionInfo], Dict[str, List[Binding]]] = {}
+        for binding in self.walk.bindings:
+            self._scopes.setdefault(binding.frame.function, {}).setdefault(binding.name, []).append(binding)
+        self._bound_names: Set[str] = {b.name for b in self.walk.bindings}
+        self._kind_memo: Dict[int, Optional[str]] = {}
+        self._in_progress: Set[int] = set()
+        self._assigned: Dict[cst.CSTNode, Set[str]] = {}
+        self._stmt_rows: Optional[List[int]] = None
+        self._stmt_index: Dict[cst.CSTNode, int] = {}
+        self._positions: Dict[cst.CSTNode, Tuple[int, Dict[cst.CSTNode, CodeRange]]] = {}
+        self._hot_functions = self._find_hot_functions()
+
+    # -- traversal helpers ------------------------------------------------------------------------
+
+    def nodes(self, node_type: type) -> List[Tuple[cst.CSTNode, Frame]]:
+        return self.walk.nodes(node_type)
+
+    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        return self.walk.parents.get(node)
+
+    def descendants(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        stack = list(iter_children(node))
+        while stack:
+            current = stack.pop()
+            yield current
+            stack.extend(iter_children(current))
+
+    def code(self, node: cst.CSTNode, limit: int = 60) -> str:
+        """The node's source on one line, shortened for messages."""
+        text = " ".join(self.module.code_for_node(node).split())
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+    @property
+    def functions(self) -> List[FunctionInfo]:
+        return self.walk.functions
+
+    @property
+    def classes(self) -> List[ClassInfo]:
+        return self.walk.classes
+
+    # -- names ------------------------------------------------------------------------------------
+
+    def qualname(self, expr: cst.BaseExpression) -> Optional[str]:
+        """`torch.nn.functional.relu` for `F.relu` after `import torch.nn.functional as F`."""
+        if isinstance(expr, cst.Name):
+            return self.walk.imports.get(expr.value)
+        if isinstance(expr, cst.Attribute):
+            base = self.qualname(expr.value)
+            return f"{base}.{expr.attr.value}" if base else None
+        return None
+
+    def builtin(self, expr: cst.BaseExpression) -> Optional[str]:
+        """The builtin's name when `expr` names a builtin that the module does not shadow."""
+        if isinstance(expr, cst.Name) and expr.value not in self._bound_names and expr.value not in self.walk.imports:
+            return expr.value
+        return None
+
+    def method_name(self, call: cst.Call) -> Optional[str]:
+        func = call.func
+        return func.attr.value if isinstance(func, cst.Attribute) else None
+
+    def keyword(self, call: cst.Call, name: str) -> Optional[cst.Arg]:
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == name:
+                return arg
+        return None
+
+    def positional(self, call: cst.Call) -> List[cst.Arg]:
+        return [a for a in call.args if a.keyword is None and not a.star]
+
+    # -- type inference ---------------------------------------------------------------------------
+
+    def is_tensor(self, expr: cst.BaseExpression, frame: Frame) -> bool:
+        return self.kind(expr, frame) == TENSOR
+
+    def kind(self, expr: cst.BaseExpression, frame: Frame) -> Optional[str]:
+        key = id(expr) ^ (id(frame) << 1)
+        if key in self._kind_memo:
+            return self._kind_memo[key]
+        if key in self._in_progress:
+            return None
+        self._in_progress.add(key)
+        try:
+            result = self._kind(expr, frame)
+        finally:
+            self._in_progress.discard(key)
+        self._kind_memo[key] = result
+        return result
+
+    def _kind(self, expr: cst.BaseExpression, frame: Frame) -> Optional[str]:
+        if isinstance(expr, cst.Name):
+            return self._name_kind(expr.value, frame)
+        if isinstance(expr, cst.Call):
+            return self._call_kind(expr, frame)
+        if isinstance(expr, cst.Attribute):
+            return self._attribute_kind(expr, frame)
+        if isinstance(expr, cst.Subscript):
+            value = self.kind(expr.value, frame)
+            if value in (TENSOR, NUMPY):
+                return value
+            return PYTHON if self._is_shape(expr.value, frame) else None
+        if isinstance(expr, cst.BinaryOperation):
+            return _join_arith(self.kind(expr.left, frame), self.kind(expr.right, frame))
+        if isinstance(expr, cst.UnaryOperation):
+            return PYTHON if isinstance(expr.operator, cst.Not) else self.kind(expr.expression, frame)
+        if isinstance(expr, cst.Comparison):
+            if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in expr.comparisons):
+                return PYTHON
+            kinds = [self.kind(expr.left, frame)] + [self.kind(c.comparator, frame) for c in expr.comparisons]
+            if TENSOR in kinds:
+                return TENSOR
+            return PYTHON if all(k == PYTHON for k in kinds) else None
+        if isinstance(expr, (cst.BooleanOperation, cst.IfExp)):
+            if isinstance(expr, cst.IfExp):
+                a, b = self.kind(expr.body, frame), self.kind(expr.orelse, frame)
+            else:
+                a, b = self.kind(expr.left, frame), self.kind(expr.right, frame)
+            return a if a == b else None
+        if isinstance(expr, _LITERALS):
+            return PYTHON
+        return None
+
+    def _is_shape(self, expr: cst.BaseExpression, frame: Frame) -> bool:
+        if isinstance(expr, cst.Attribute) and expr.attr.value == "shape":
+            return True
+        return isinstance(expr, cst.Call) and self.method_name(expr) == "size" and self.is_tensor(expr.func.value, frame)  # type: ignore[union-attr]
+
+    def bindings_of(self, name: str, frame: Frame) -> List[Binding]:
+        function = frame.function
+        while function is not None:
+            found = self._scopes.get(function, {}).get(name)
+            if found:
+                return found
+            function = function.parent
+        return self._scopes.get(None, {}).get(name, [])
+
+    def _name_kind(self, name: str, frame: Frame) -> Optional[str]:
+        bindings = self.bindings_of(name, frame)
+        if not bindings:
+            qualname = self.walk.imports.get(name)
+            return PYTHON if qualname is not None else None
+        return _join_all(self._binding_kind(b) for b in bindings)
+
+    def _binding_kind(self, binding: Binding) -> Optional[str]:
+        value, frame = binding.value, binding.frame
+        if binding.how == "param":
+            return self._param_kind(binding)
+        if binding.how == "def":
+            if isinstance(value, cst.ClassDef) and self._is_module_class(value):
+                return "class:module"
+            return PYTHON
+        if binding.how in ("assign", "walrus") and value is not None:
+            if isinstance(value, cst.Name) and value.value == "None":
+                return "none"
+            if binding.index is not None:
+                if isinstance(value, (cst.Tuple, cst.List)) and binding.index < len(value.elements):
+                    return self.kind(value.elements[binding.index].value, frame)
+                return TENSOR if self.kind(value, frame) == TENSOR else None
+            return self.kind(value, frame)  # type: ignore[arg-type]
+        if binding.how == "for" and value is not None:
+            return self._item_kind(value, frame, binding.index)  # type: ignore[arg-type]
+        if binding.how == "augassign" and isinstance(value, cst.AugAssign):
+            return TENSOR if self.kind(value.value, frame) == TENSOR else None
+        return None
+
+    def _item_kind(self, iterable: cst.BaseExpression, frame: Frame, index: Optional[int]) -> Optional[str]:
+        """Kind of the items bound by `for <target> in iterable` (at tuple position `index`)."""
+        if isinstance(iterable, cst.Call):
+            wrapped = self.builtin(iterable.func)
+            args = self.positional(iterable)
+            if wrapped == "enumerate" and args:
+                return PYTHON if index == 0 else self._item_kind(args[0].value, frame, None)
+            if wrapped in ("range",):
+                return PYTHON
+            if args and (wrapped == "iter" or (self.qualname(iterable.func) or wrapped or "").endswith("tqdm")):
+                return self._item_kind(args[0].value, frame, index)
+        kind = self.kind(iterable, frame)
+        if kind in (LOADER, PARAMS, TENSOR):
+            return TENSOR
+        if kind == NAMED_PARAMS:
+            return PYTHON if index == 0 else TENSOR
+        if kind is None and _looks_like_loader(iterable):
+            return TENSOR
+        return None
+
+    def _param_kind(self, binding: Binding) -> Optional[str]:
+        param = binding.value
+        assert isinstance(param, cst.Param)
+        name = binding.name
+        if param.annotation is not None:
+            annotation = param.annotation.annotation
+            qualname = self.qualname(annotation) or (annotation.value if isinstance(annotation, cst.Name) else "")
+            if qualname.endswith("Tensor"):
+                return TENSOR
+            if qualname.endswith("Module"):
+                return MODULE
+            if qualname in ("int", "float", "bool", "str"):
+                return PYTHON
+            return None
+        function = binding.frame.function
+        if function is None or name in ("self", "cls") or name in _INDEX_LIKE or name.endswith("_idx"):
+            return None
+        if param.star:
+            return None
+        if param.default is not None and not (isinstance(param.default, cst.Name) and param.default.value == "None"):
+            return None
+        if function.name == "forward" or function.name.endswith("_step"):
+            return TENSOR
+        return None
+
+    def _is_module_class(self, node: cst.ClassDef) -> bool:
+        for base in node.bases:
+            name = self.qualname(base.value) or (base.value.value if isinstance(base.value, cst.Name) else "")
+            if name.endswith("Module") or name.startswith("torch.nn."):
+                return True
+            local = [b for b in self._scopes.get(None, {}).get(name, []) if isinstance(b.value, cst.ClassDef)]
+            if local and local[0].value is not node and self._is_module_class(local[0].value):  # type: ignore[arg-type]
+                return True
+        return False
+
+    def _attribute_kind(self, expr: cst.Attribute, frame: Frame) -> Optional[str]:
+        attr = expr.attr.value
+        if isinstance(expr.value, cst.Name) and expr.value.value == "self" and frame.class_info is not None:
+            values = frame.class_info.attr_bindings.get(attr)
+            if values:
+                return _join_all(self.kind(v, f) for v, f in values)
+            return None
+        if self.qualname(expr) is not None:
+            return PYTHON  # torch.float32, np.pi, torch.cuda, ...
+        receiver = self.kind(expr.value, frame)
+        if receiver == TENSOR:
+            if attr in _TENSOR_ATTRS:
+                return TENSOR
+            if attr in _TENSOR_PYTHON_ATTRS:
+                return PYTHON
+        return None
+
+    def _call_kind(self, call: cst.Call, frame: Frame) -> Optional[str]:
+        func = call.func
+        qualname = self.qualname(func)
+        if qualname is not None:
+            return self._qualified_call_kind(qualname, call, frame)
+        builtin = self.builtin(func)
+        if builtin is not None:
+            return PYTHON if builtin in _PY_RESULT_BUILTINS else None
+        callee = self.kind(func, frame)
+        if callee == MODULE:
+            return TENSOR
+        if callee == "class:module":
+            return MODULE
+        if callee is None and _looks_like_model(func):
+            return TENSOR  # `model(x)`, `self.encoder(h)`, `criterion(out, y)`
+        if not isinstance(func, cst.Attribute):
+            return None
+        method = func.attr.value
+        receiver = self.kind(func.value, frame)
+        if receiver == TENSOR:
+            if method == "numpy":
+                return NUMPY
+            return PYTHON if method in _TENSOR_NON_TENSOR_METHODS else TENSOR
+        if receiver == MODULE:
+            if method in _MODULE_SELF_METHODS:
+                return MODULE
+            if method in ("parameters", "buffers"):
+                return PARAMS
+            if method in ("named_parameters", "named_buffers"):
+                return NAMED_PARAMS
+            return TENSOR if method == "forward" else None
+        if receiver == NUMPY:
+            return PYTHON if method in ("tolist", "item") else NUMPY
+        if receiver is None and method in ("to", "cuda") and not _looks_like_model(func.value):
+            return TENSOR
+        return None
+
+    def _qualified_call_kind(self, qualname: str, call: cst.Call, frame: Frame) -> Optional[str]:
+        if qualname.startswith("numpy."):
+            return NUMPY
+        if qualname.endswith(".DataLoader"):
+            return LOADER
+        if not qualname.startswith("torch."):
+            return None
+        last = qualname.rsplit(".", 1)[1]
+        if qualname == "torch.compile":
+            args = self.positional(call)
+            return self.kind(args[0].value, frame) if args else None
+        if qualname.startswith(_TORCH_TENSOR_PREFIXES):
+            return TENSOR
+        if qualname.startswith("torch.nn."):
+            if last in ("Parameter", "Buffer"):
+                return TENSOR
+            if last[:1].isupper():
+                return MODULE
+            return TENSOR if qualname.startswith("torch.nn.utils.clip_grad") else None
+        if qualname.startswith(_TORCH_NON_TENSOR_PREFIXES):
+            return PYTHON
+        if qualname.count(".") == 1:
+            if last in _TORCH_NON_TENSOR:
+                return PYTHON
+            if last[:1].isupper():
+                return TENSOR if last.endswith("Tensor") else PYTHON
+            return TENSOR
+        return None
+
+    # -- hot code ---------------------------------------------------------------------------------
+
+    def hot_reason(self, frame: Frame) -> Optional[HotReason]:
+        if frame.loops:
+            return HotReason("loop", frame.loops[-1])
+        if frame.function is not None:
+            return self._hot_functions.get(frame.function)
+        return None
+
+    def is_hot(self, frame: Frame) -> bool:
+        return self.hot_reason(frame) is not None
+
+    def function_reason(self, function: FunctionInfo) -> Optional[HotReason]:
+        return self._hot_functions.get(function)
+
+    def _direct_reason(self, function: FunctionInfo) -> Optional[HotReason]:
+        node = function.node
+        for decorator in node.decorators:
+            target = decorator.decorator
+            if isinstance(target, cst.Call):
+                target = target.func
+            marker = _MARKERS.get(self.qualname(target) or "")
+            if marker:
+                return HotReason("marker:" + marker, node, function)
+        comments = [line.comment for line in node.leading_lines if line.comment is not None]
+        if isinstance(node.body, cst.IndentedBlock) and node.body.header.comment is not None:
+            comments.append(node.body.header.comment)
+        if any("perflsp: hot" in c.value for c in comments):
+            return HotReason("marker:# perflsp: hot", node, function)
+        if function.name in self.settings.hot_functions:
+            return HotReason("name", node, function)
+        return None
+
+    def _find_hot_functions(self) -> Dict[FunctionInfo, HotReason]:
+        reasons: Dict[FunctionInfo, HotReason] = {}
+        for function in self.functions:
+            reason = self._direct_reason(function)
+            if reason is not None:
+                reasons[function] = reason
+        # Propagate along calls made from hot code until nothing changes (a worklist, so a
+        # function that turns hot late still passes its hotness on).
+        work: List[Optional[FunctionInfo]] = [None, *self.functions]
+        while work:
+            function = work.pop()
+            calls = self.walk.module_calls if function is None else function.calls
+            for call, frame in calls:
+                caller = HotReason("loop", frame.loops[-1]) if frame.loops else reasons.get(function) if function else None
+                if caller is None:
+                    continue
+                callee = self._resolve_local_call(call, frame)
+                if callee is not None and callee not in reasons:
+                    reasons[callee] = HotReason("called", call, callee, caller)
+                    work.append(callee)
+        return reasons
+
+    def _resolve_local_call(self, call: cst.Call, frame: Frame) -> Optional[FunctionInfo]:
+        func = call.func
+        if isinstance(func, cst.Name):
+            for binding in reversed(self.bindings_of(func.value, frame)):
+                if binding.how == "def" and isinstance(binding.value, cst.FunctionDef):
+                    return next((f for f in self.functions if f.node is binding.value), None)
+            return None
+        if (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+                and func.value.value == "self" and frame.class_info is not None):
+            return frame.class_info.methods.get(func.attr.value)
+        return None
+
+    def is_compiled(self, function: FunctionInfo) -> bool:
+        """Decorated with `torch.compile` or passed to `torch.compile(...)` in this module."""
+        for decorator in function.node.decorators:
+            target = decorator.decorator
+            if isinstance(target, cst.Call):
+                target = target.func
+            if self.qualname(target) == "torch.compile":
+                return True
+        for call, _ in self.nodes(cst.Call):
+            if self.qualname(call.func) == "torch.compile":  # type: ignore[attr-defined]
+                for arg in call.args:  # type: ignore[attr-defined]
+                    if _last_name(arg.value) in (function.name, "self") or (
+                        function.class_info is not None and _last_name(arg.value) == function.class_info.name):
+                        return True
+        return False
+
+    # -- loops ------------------------------------------------------------------------------------
+
+    def assigned_in(self, loop: cst.CSTNode) -> Set[str]:
+        """Names (re)bound in each iteration of `loop`, its own target included."""
+        found = self._assigned.get(loop)
+        if found is None:
+            found = {b.name for b in self.walk.bindings if loop in b.frame.loops}
+            self._assigned[loop] = found
+        return found
+
+    def names_in(self, node: cst.CSTNode) -> Set[str]:
+        names = {node.value} if isinstance(node, cst.Name) else set()
+        names.update(n.value for n in self.descendants(node) if isinstance(n, cst.Name))
+        return names
+
+    def is_invariant(self, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
+        """`node` reads no name that `loop` rebinds (attribute names are not reads)."""
+        reads = {n.value for n in self._reads(node)}
+        return not (reads & self.assigned_in(loop))
+
+    def _reads(self, node: cst.CSTNode) -> Iterator[cst.Name]:
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, cst.Name):
+                yield current
+            elif isinstance(current, cst.Attribute):
+                stack.append(current.value)
+            elif isinstance(current, cst.Arg):
+                stack.append(current.value)
+            else:
+                stack.extend(iter_children(current))
+
+    # -- positions ----------------------------------------------------------------------------------
+
+    def range_of(self, node: cst.CSTNode) -> Tuple[Tuple[int, int], Tuple[int, int]]:
+        """((row, col), (row, col)) of `node`, rows 1-based, columns 0-based code points."""
+        stmt = node
+        parent = self.parent(stmt)
+        while parent is not None and parent is not self.module:
+            stmt = parent
+            parent = self.parent(stmt)
+        if parent is None:
+            raise KeyError("node is not part of this module")
+        index = self._statement_index(stmt)
+        entry = self._positions.get(stmt)
+        if entry is None:
+            # Positions of one top-level statement, computed on a module holding only it; libcst's
+            # PositionProvider over the whole file costs more than the parse itself.
+            mini = self.module.with_changes(body=[stmt], header=[], footer=[])
+            ranges = MetadataWrapper(mini, unsafe_skip_copy=True).resolve(PositionProvider)
+            entry = (self._rows()[index], ranges)  # type: ignore[assignment]
+            self._positions[stmt] = entry  # type: ignore[assignment]
+        first_row, ranges = entry
+        code_range = ranges[node]
+        offset = first_row - 1
+        return ((code_range.start.line + offset, code_range.start.column),
+                (code_range.end.line + offset, code_range.end.column))
+
+    def _statement_index(self, stmt: cst.CSTNode) -> int:
+        if not self._stmt_index:
+            self._stmt_index = {s: i for i, s in enumerate(self.module.body)}
+        return self._stmt_index[stmt]
+
+    def _rows(self) -> List[int]:
+        """Row where each top-level statement's code (its leading blank lines included) begins."""
+        if self._stmt_rows is None:
+            row = 1 + len(self.module.header)
+            rows = []
+            for stmt in self.module.body:
+                rows.append(row)
+                row += self.module.code_for_node(stmt).count("\n")
+            self._stmt_rows = rows
+        return self._stmt_rows
+
+
+def _join_all(kinds) -> Optional[str]:
+    seen = {k for k in kinds if k not in (None, "none")}
+    return seen.pop() if len(seen) == 1 else None
+
+
+def _join_arith(a: Optional[str], b: Optional[str]) -> Optional[str]:
+    if TENSOR in (a, b):
+        return TENSOR
+    if NUMPY in (a, b):
+        return NUMPY
+    return PYTHON if a == b == PYTHON else None
+
+
+def _last_name(expr: cst.BaseExpression) -> Optional[str]:
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value
+    return None
+
+
+def _looks_like_loader(expr: cst.BaseExpression) -> bool:
+    name = _last_name(expr)
+    return name is not None and "loader" in name.lower()
+
+
+def _looks_like_model(expr: cst.BaseExpression) -> bool:
+    name = (_last_name(expr) or "").lower()
+    return any(word in name for word in ("model", "net", "module", "encoder", "decoder", "criterion", "layer", "loss_fn", "head"))
+
+
+def loop_header(ctx: ModuleContext, loop: cst.CSTNode) -> str:
+    """`for batch in loader` / `while step < n` / `for x in xs` (of a comprehension)."""
+    if isinstance(loop, (cst.For, cst.CompFor)):
+        return f"for {ctx.code(loop.target, 30)} in {ctx.code(loop.iter, 40)}"
+    if isinstance(loop, cst.While):
+        return f"while {ctx.code(loop.test, 50)}"
+    return ctx.code(loop, 50)
+
+
+def describe(ctx: ModuleContext, reason: HotReason) -> str:
+    """The human phrase for why code is hot, e.g. "inside `for batch in loader` at line 40"."""
+    row = ctx.range_of(reason.node)[0][0]
+    if reason.kind == "loop":
+        what = "the comprehension " if isinstance(reason.node, cst.CompFor) else ""
+        return f"inside {what}`{loop_header(ctx, reason.node)}` at line {row}"
+    name = reason.function.qualname if reason.function else "?"
+    if reason.kind.startswith("marker:"):
+        return f"in `{name}`, marked `{reason.kind[7:]}` (line {row})"
+    if reason.kind == "name":
+        return f"in `{name}`, which runs on every step (a hot function by name, line {row})"
+    assert reason.caller is not None
+    return f"in `{name}`, called at line {row} {describe(ctx, reason.caller)}"

@@ -1,0 +1,89 @@
+"""Check one source text: parse once, build the shared context, run every enabled rule.
+
+This is the one entry point the CLI, the cache and the language server share, so the editor and
+CI can never disagree.
+"""
+from __future__ import annotations
+
+import logging
+from typing import List, Optional
+
+import libcst as cst
+
+from perflsp.config import Settings
+from perflsp.findings import Edit, Finding, Fix, HotContext, Location, rule_url
+from perflsp.rules import suppress
+from perflsp.rules.context import ModuleContext, describe
+from perflsp.rules.registry import enabled_rules
+from perflsp.rules.rule import Report, Rule
+
+log = logging.getLogger("perflsp")
+
+SYNTAX_ERROR = "PFL000"
+
+
+def check_source(source: str, path: str, settings: Settings) -> List[Finding]:
+    """All findings for `source`, sorted; a file that does not parse yields one PFL000 finding."""
+    comments = suppress.comments_by_row(source)
+    if suppress.ignores_file(source, comments):
+        return []
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        return [syntax_error(path, exc.raw_line, exc.raw_column, exc.message)]
+    except RecursionError:
+        return [syntax_error(path, 1, 0, "the file is nested too deeply for the parser")]
+    ctx = ModuleContext(module, settings, path)
+    findings: List[Finding] = []
+    for rule in enabled_rules(settings, path):
+        try:
+            reports = list(rule.check(ctx))
+        except Exception:  # a rule bug must cost one rule on one file, never the whole run
+            log.exception("perflsp: rule %s failed on %s; its findings for this file are skipped", rule.code, path)
+            continue
+        for report in reports:
+            finding = _finding(ctx, rule, report, path, settings)
+            if finding is not None and not suppress.is_suppressed(
+                    finding.code, {finding.start.row, finding.end.row}, comments):
+                findings.append(finding)
+    findings.sort(key=Finding.sort_key)
+    return findings
+
+
+def syntax_error(path: str, row: int, column: int, message: str) -> Finding:
+    return Finding(
+        code=SYNTAX_ERROR, name="syntax-error", message=f"SyntaxError: {message}", filename=path,
+        start=Location(row, column), end=Location(row, column + 1), severity="error", url=None,
+    )
+
+
+def _finding(ctx: ModuleContext, rule: Rule, report: Report, path: str, settings: Settings) -> Optional[Finding]:
+    reason = ctx.hot_reason(report.frame)
+    if reason is None and rule.scope == "hot" and not settings.reports_cold(rule.code):
+        return None
+    hot = None
+    if reason is not None:
+        phrase = describe(ctx, reason)
+        (r0, c0), (r1, c1) = ctx.range_of(reason.node)
+        if reason.kind == "loop" or reason.kind == "called":
+            r1, c1 = r0, c0 + len(ctx.module.code_for_node(reason.node).split("\n", 1)[0])
+        hot = HotContext(phrase, Location(r0, c0), Location(r1, c1))
+    message = report.message.replace("{where}", hot.message if hot else "outside hot code")
+    (r0, c0), (r1, c1) = ctx.range_of(report.node)
+    severity = settings.severity_of(rule.code) or ("warning" if hot or rule.scope == "any" else "info")
+    return Finding(
+        code=rule.code, name=rule.name, message=message, filename=path,
+        start=Location(r0, c0), end=Location(r1, c1), severity=severity, hot=hot,
+        fix=_fix(ctx, report), url=rule_url(rule.code),
+    )
+
+
+def _fix(ctx: ModuleContext, report: Report) -> Optional[Fix]:
+    if report.fix is None:
+        return None
+    edits = []
+    for old, new in report.fix.replacements:
+        (r0, c0), (r1, c1) = ctx.range_of(old)
+        text = new if isinstance(new, str) else ctx.module.code_for_node(new)
+        edits.append(Edit(Location(r0, c0), Location(r1, c1), text))
+    return Fix(report.fix.applicability, report.fix.message, tuple(sorted(edits, key=lambda e: e.start)))

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from perflsp.rules.context import NUMPY, PYTHON, ModuleContext
+from perflsp.rules.rule import Invalid, Report, Rule
+
+
+class ItemInHotCode(Rule):
+    code = "PFL101"
+    name = "item-in-hot-code"
+    summary = "`.item()` on a tensor in hot code synchronizes the host with the GPU"
+    why = (
+        "`.item()` copies one value from the device to the host. The host must wait until every "
+        "kernel queued before it has finished, so the GPU's queue drains and the Python thread stalls. "
+        "Once per step this turns an asynchronous pipeline into a lock-step one: the next step's "
+        "kernels cannot be queued while the previous ones still run."
+    )
+    how_to_fix = (
+        "Keep the value on the device (accumulate `running_loss += loss.detach()`) and call "
+        "`.item()` once per epoch or every N steps; log with a non-blocking copy, or let your "
+        "logger aggregate on the device."
+    )
+    scope = "hot"
+    valid = [
+        "import torch\n\ndef train(model, loader, opt):\n    total = torch.zeros(())\n    for x, y in loader:\n        loss = model(x).sum()\n        total += loss.detach()\n    return total.item()\n",
+        "import numpy as np\n\nfor row in range(10):\n    v = np.float64(row).item()\n",
+        "import numpy as np\n\nscores = np.zeros(4)\nfor i in range(4):\n    best = scores.max().item()\n",
+    ]
+    invalid = [
+        Invalid(
+            "import torch\n\ndef train(model, loader, opt):\n    for x, y in loader:\n        loss = model(x).sum()\n        print(loss.item())\n",
+            flagged="loss.item()",
+        ),
+        Invalid(
+            "import torch\n\nclass Net(torch.nn.Module):\n    def forward(self, x):\n        scale = x.abs().max().item()\n        return x / scale\n",
+            flagged="x.abs().max().item()",
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Report]:
+        for call, frame in ctx.nodes(cst.Call):
+            if ctx.method_name(call) != "item" or call.args:
+                continue
+            receiver = call.func.value
+            kind = ctx.kind(receiver, frame)
+            # `.item()` is tensor-only but for numpy values, so unknown receivers are reported.
+            if kind in (NUMPY, PYTHON):
+                continue
+            yield self.report(
+                call, frame,
+                f"`{ctx.code(call)}` waits for the GPU to finish all queued work and copies the value "
+                "to the host, {where}; keep it on the device and read it once every N steps",
+            )
+

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from perflsp.rules.context import NUMPY, PYTHON, ModuleContext
+from perflsp.rules.rule import Invalid, Report, Rule
+
+
+class ContiguousThenView(Rule):
+    code = "PFL303"
+    name = "contiguous-then-view"
+    summary = "`.contiguous().view(...)` copies even when `.reshape(...)` would not need to"
+    why = (
+        "`.contiguous()` materialises a full copy whenever the tensor is not already contiguous, "
+        "and `.view()` then only reinterprets it. `.reshape()` does the same thing in one call: it "
+        "returns a view when the strides allow one and copies only when they do not, and it states "
+        "the intent instead of spelling out the mechanism."
+    )
+    how_to_fix = "Replace `x.contiguous().view(shape)` with `x.reshape(shape)`."
+    scope = "any"
+    fix_safety = "unsafe"
+    valid = [
+        "import torch\n\nx = torch.randn(4, 6)\ny = x.reshape(2, 12)\n",
+        "import torch\n\nx = torch.randn(4, 6)\ny = x.contiguous()\nz = y.view(24)\n",
+    ]
+    invalid = [
+        Invalid(
+            "import torch\n\nx = torch.randn(4, 6).t()\ny = x.contiguous().view(2, 12)\n",
+            flagged="x.contiguous().view(2, 12)",
+            fixed="import torch\n\nx = torch.randn(4, 6).t()\ny = x.reshape(2, 12)\n",
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Report]:
+        for call, frame in ctx.nodes(cst.Call):
+            if ctx.method_name(call) != "view" or not call.args:
+                continue
+            inner = call.func.value
+            if not (isinstance(inner, cst.Call) and ctx.method_name(inner) == "contiguous" and not inner.args):
+                continue
+            base = inner.func.value
+            if ctx.kind(base, frame) in (NUMPY, PYTHON):
+                continue
+            # `.view(dtype)` reinterprets bits and has no reshape equivalent.
+            if len(call.args) == 1 and (ctx.qualname(call.args[0].value) or "").startswith("torch."):
+                continue
+            fixed = call.with_changes(func=cst.Attribute(value=base, attr=cst.Name("reshape")))
+            yield self.report(
+                call, frame,
+                f"`{ctx.code(call)}` copies whenever the input is not contiguous; `.reshape(...)` "
+                "copies only when it must",
+                fix=self.replace("Replace `.contiguous().view(...)` with `.reshape(...)`", "unsafe", (call, fixed)),
+            )

@@ -1,0 +1,86 @@
+"""The `Rule` base class: a rule is a self-describing module (Fixit's habit).
+
+A rule declares its code, kebab-case name, one-line summary, why the pattern is slow, how to fix
+it, where it applies (`scope`), its fix safety, its options, and examples that must be flagged
+(`invalid`, with the flagged text and the fixed code where it has a fix) and must stay clean
+(`valid`). The example test and the docs pages are generated from these declarations.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict, Iterator, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+
+from perflsp.rules.context import ModuleContext
+from perflsp.rules.walk import Frame
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """An example the rule must flag: `flagged` is the exact source text of the first finding's
+    range; `fixed` is the code after applying the rule's fix (unsafe fixes included)."""
+
+    code: str
+    flagged: Optional[str] = None
+    fixed: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Option:
+    default: Any
+    description: str
+
+    def check(self, value: Any) -> bool:
+        kind = type(self.default)
+        if kind is bool:
+            return isinstance(value, bool)
+        if kind in (int, float):
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return isinstance(value, kind)
+
+
+@dataclass(frozen=True)
+class FixSpec:
+    """Replace each old node with new code (a node or text); `safe` or `unsafe` as Ruff means it."""
+
+    message: str
+    applicability: str
+    replacements: Tuple[Tuple[cst.CSTNode, Union[cst.CSTNode, str]], ...]
+
+
+@dataclass(frozen=True)
+class Report:
+    node: cst.CSTNode
+    frame: Frame
+    message: str  # "{where}" is replaced by why the code is hot ("inside `for b in loader` at line 4")
+    fix: Optional[FixSpec] = None
+
+
+class Rule:
+    code: ClassVar[str]
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    why: ClassVar[str]
+    how_to_fix: ClassVar[str]
+    scope: ClassVar[str] = "hot"  # "hot": reported in hot code only by default; "any": anywhere
+    fix_safety: ClassVar[Optional[str]] = None  # None, "safe", "unsafe", or "safe/unsafe" (depends on the case)
+    options: ClassVar[Dict[str, Option]] = {}
+    valid: ClassVar[Sequence[str]] = ()
+    invalid: ClassVar[Sequence[Invalid]] = ()
+
+    def __init__(self, options: Optional[Dict[str, Any]] = None):
+        values = {name: opt.default for name, opt in self.options.items()}
+        values.update(options or {})
+        self.opts = values
+
+    def check(self, ctx: ModuleContext) -> Iterator[Report]:
+        raise NotImplementedError
+
+    def report(self, node: cst.CSTNode, frame: Frame, message: str, fix: Optional[FixSpec] = None) -> Report:
+        return Report(node, frame, message, fix)
+
+    @staticmethod
+    def replace(message: str, applicability: str, *pairs: Tuple[cst.CSTNode, Union[cst.CSTNode, str]]) -> FixSpec:
+        return FixSpec(message, applicability, tuple(pairs))
+
