@@ -71,13 +71,15 @@ class HotContext:
     message: str  # e.g. "inside `for batch in loader` at line 40"
     start: Location
     end: Location
+    cell: Optional[int] = None  # the notebook cell holding the loop or def (notebooks only)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"message": self.message, "location": self.start.to_dict(), "end_location": self.end.to_dict()}
+        return {"message": self.message, "location": self.start.to_dict(), "end_location": self.end.to_dict(),
+                "cell": self.cell}
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "HotContext":
-        return cls(d["message"], Location.from_dict(d["location"]), Location.from_dict(d["end_location"]))
+        return cls(d["message"], Location.from_dict(d["location"]), Location.from_dict(d["end_location"]), d.get("cell"))
 
 
 @dataclass(frozen=True)

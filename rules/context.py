@@ -7,7 +7,7 @@ Rules ask questions; nothing here knows about any particular rule.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
@@ -77,8 +77,10 @@ class HotReason:
 
 
 class ModuleContext:
-    def __init__(self, module: cst.Module, settings: Settings, path: str = "<stdin>"):
+    def __init__(self, module: cst.Module, settings: Settings, path: str = "<stdin>",
+                 line_label: Callable[[int], str] = lambda row: f"line {row}"):
         self.module = module
+        self.line_label = line_label  # notebooks name rows as "line 2 of cell 3"
         self.settings = settings
         self.path = path
         self.walk = Walk(module)
@@ -151,6 +153,26 @@ class ModuleContext:
 
     def positional(self, call: cst.Call) -> List[cst.Arg]:
         return [a for a in call.args if a.keyword is None and not a.star]
+
+    def argument(self, call: cst.Call, name: str, position: int) -> Optional[cst.Arg]:
+        """The argument for parameter `name`, passed by keyword or at `position` (0-based).
+        None when absent; with `*args`/`**kwargs` in the call, absent only means unknown."""
+        found = self.keyword(call, name)
+        if found is None:
+            args = self.positional(call)
+            found = args[position] if position < len(args) else None
+        return found
+
+    def literal(self, expr: cst.BaseExpression) -> object:
+        """The value of a constant (`True`, `0`, `-1`, `"cuda:0"`); None for `None` and anything else."""
+        if isinstance(expr, cst.Name):
+            return {"True": True, "False": False}.get(expr.value)
+        if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
+            return expr.evaluated_value
+        if (isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus)
+                and isinstance(expr.expression, (cst.Integer, cst.Float))):
+            return -expr.expression.evaluated_value
+        return None
 
     # -- type inference ---------------------------------------------------------------------------
 
@@ -385,6 +407,52 @@ class ModuleContext:
             return TENSOR
         return None
 
+    def is_module_like(self, expr: cst.BaseExpression, frame: Frame) -> bool:
+        """An nn.Module instance, or an unknown value named like one (`model`, `self.encoder`)."""
+        kind = self.kind(expr, frame)
+        return kind == MODULE or (kind is None and _looks_like_model(expr))
+
+    def device_type(self, expr: cst.BaseExpression, frame: Frame, _depth: int = 0) -> Optional[str]:
+        """The device type `expr` names: "cuda" for "cuda:1", `torch.device("cuda", 1)`,
+        f"cuda:{rank}", an index, or a name or `self.<attr>` bound only to such values; None when
+        unknown. `"cuda" if ... else "cpu"` is the non-CPU branch: the device the code is written for."""
+        if _depth > 8:
+            return None
+        value = self.literal(expr)
+        if isinstance(value, str) or isinstance(expr, cst.FormattedString):
+            text = value if isinstance(value, str) else next(
+                (p.value for p in expr.parts[:1] if isinstance(p, cst.FormattedStringText) and ":" in p.value), "")  # type: ignore[union-attr]
+            head = text.split(":", 1)[0].strip()
+            return head if head.isidentifier() else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return "cuda"  # `.to(0)`, `.cuda(1)`: a bare index names a CUDA device
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Modulo, cst.Add)):
+            return self.device_type(expr.left, frame, _depth + 1)  # "cuda:%d" % rank, "cuda:" + str(rank)
+        if isinstance(expr, cst.IfExp):
+            kinds = {self.device_type(expr.body, frame, _depth + 1), self.device_type(expr.orelse, frame, _depth + 1)}
+            accelerators = kinds - {None, "cpu"}
+            if len(accelerators) == 1:
+                return accelerators.pop()
+            return "cpu" if kinds == {"cpu"} else None
+        if isinstance(expr, cst.Call):
+            qualname = self.qualname(expr.func)
+            if qualname == "torch.device":
+                arg = self.argument(expr, "type", 0)
+                return self.device_type(arg.value, frame, _depth + 1) if arg is not None else None
+            return "cuda" if qualname == "torch.cuda.current_device" else None
+        values: List[Tuple[cst.CSTNode, Frame]] = []
+        if isinstance(expr, cst.Name):
+            bindings = self.bindings_of(expr.value, frame)
+            if any(b.how not in ("assign", "walrus") or b.index is not None for b in bindings):
+                return None  # a parameter, loop target or unpacked value: set elsewhere
+            values = [(b.value, b.frame) for b in bindings if b.value is not None]
+        elif (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self"
+              and frame.class_info is not None):
+            values = frame.class_info.attr_bindings.get(expr.attr.value, [])  # type: ignore[assignment]
+        kinds = {self.device_type(v, f, _depth + 1) for v, f in values  # type: ignore[arg-type]
+                 if not (isinstance(v, cst.Name) and v.value == "None")}
+        return kinds.pop() if len(kinds) == 1 else None
+
     # -- hot code ---------------------------------------------------------------------------------
 
     def hot_reason(self, frame: Frame) -> Optional[HotReason]:
@@ -586,14 +654,14 @@ def loop_header(ctx: ModuleContext, loop: cst.CSTNode) -> str:
 
 def describe(ctx: ModuleContext, reason: HotReason) -> str:
     """The human phrase for why code is hot, e.g. "inside `for batch in loader` at line 40"."""
-    row = ctx.range_of(reason.node)[0][0]
+    at = ctx.line_label(ctx.range_of(reason.node)[0][0])
     if reason.kind == "loop":
         what = "the comprehension " if isinstance(reason.node, cst.CompFor) else ""
-        return f"inside {what}`{loop_header(ctx, reason.node)}` at line {row}"
+        return f"inside {what}`{loop_header(ctx, reason.node)}` at {at}"
     name = reason.function.qualname if reason.function else "?"
     if reason.kind.startswith("marker:"):
-        return f"in `{name}`, marked `{reason.kind[7:]}` (line {row})"
+        return f"in `{name}`, marked `{reason.kind[7:]}` ({at})"
     if reason.kind == "name":
-        return f"in `{name}`, which runs on every step (a hot function by name, line {row})"
+        return f"in `{name}`, which runs on every step (a hot function by name, {at})"
     assert reason.caller is not None
-    return f"in `{name}`, called at line {row} {describe(ctx, reason.caller)}"
+    return f"in `{name}`, called at {at} {describe(ctx, reason.caller)}"

@@ -5,8 +5,10 @@ CI can never disagree.
 """
 from __future__ import annotations
 
+import ast
 import logging
-from typing import List, Optional
+import re
+from typing import Callable, List, Optional
 
 import libcst as cst
 
@@ -20,20 +22,25 @@ from perflsp.rules.rule import Report, Rule
 log = logging.getLogger("perflsp")
 
 SYNTAX_ERROR = "PFL000"
+_POSITION_IN_MESSAGE = re.compile(r"error at \d+:\d+: ")
 
 
-def check_source(source: str, path: str, settings: Settings) -> List[Finding]:
-    """All findings for `source`, sorted; a file that does not parse yields one PFL000 finding."""
+def check_source(source: str, path: str, settings: Settings,
+                 line_label: Optional[Callable[[int], str]] = None) -> List[Finding]:
+    """All findings for `source`, sorted; a file that does not parse yields one PFL000 finding.
+
+    `line_label` names a row in messages (notebooks say "line 2 of cell 3").
+    """
     comments = suppress.comments_by_row(source)
     if suppress.ignores_file(source, comments):
         return []
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        return [syntax_error(path, exc.raw_line, exc.raw_column, exc.message)]
+        return [_syntax_error(source, path, exc)]
     except RecursionError:
         return [syntax_error(path, 1, 0, "the file is nested too deeply for the parser")]
-    ctx = ModuleContext(module, settings, path)
+    ctx = ModuleContext(module, settings, path, line_label) if line_label else ModuleContext(module, settings, path)
     findings: List[Finding] = []
     for rule in enabled_rules(settings, path):
         try:
@@ -55,6 +62,19 @@ def syntax_error(path: str, row: int, column: int, message: str) -> Finding:
         code=SYNTAX_ERROR, name="syntax-error", message=f"SyntaxError: {message}", filename=path,
         start=Location(row, column), end=Location(row, column + 1), severity="error", url=None,
     )
+
+
+def _syntax_error(source: str, path: str, exc: cst.ParserSyntaxError) -> Finding:
+    # libcst's native parser often points past the real error; CPython's parser names the
+    # exact place and says what is wrong ("'(' was never closed"), so ask it first.
+    try:
+        ast.parse(source)
+    except SyntaxError as py_exc:
+        if py_exc.lineno:
+            return syntax_error(path, py_exc.lineno, max((py_exc.offset or 1) - 1, 0), py_exc.msg)
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    return syntax_error(path, exc.raw_line, exc.raw_column, _POSITION_IN_MESSAGE.sub("", exc.message))
 
 
 def _finding(ctx: ModuleContext, rule: Rule, report: Report, path: str, settings: Settings) -> Optional[Finding]:

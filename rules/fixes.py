@@ -1,13 +1,17 @@
 """Applying fixes to source text, to a fixed point, the way `ruff --fix` does."""
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+import io
+import tokenize
+from typing import Dict, List, Sequence, Tuple
 
 import libcst as cst
 
 from perflsp.config import Settings
 from perflsp.findings import Edit, Finding
-from perflsp.rules.engine import check_source
+from perflsp.rules.engine import SYNTAX_ERROR, check_source
+from perflsp.rules.notebook import Program, check_cells, read_cells, write_cells
+from perflsp.rules.suppress import with_noqa
 
 MAX_ROUNDS = 10
 
@@ -71,3 +75,57 @@ def fix_source(source: str, path: str, settings: Settings, unsafe: bool = False)
         fixed.extend(chosen)
         findings = check_source(source, path, settings)
     return source, fixed, findings
+
+
+def fix_text(text: str, path: str, settings: Settings, unsafe: bool = False) -> Tuple[str, List[Finding], List[Finding]]:
+    """`fix_source` for Python files and for notebooks (fixes applied cell by cell)."""
+    if not path.endswith(".ipynb"):
+        return fix_source(text, path, settings, unsafe)
+    fixed: List[Finding] = []
+    findings = check_cells(read_cells(text), path, settings)
+    for _ in range(MAX_ROUNDS):
+        chosen = pick_non_overlapping(findings, unsafe)
+        if not chosen:
+            break
+        cells = read_cells(text)
+        new_sources: Dict[int, str] = {}
+        for number in sorted({f.cell for f in chosen if f.cell}):
+            edits = [e for f in chosen if f.cell == number for e in f.fix.edits]  # type: ignore[union-attr]
+            new_sources[number] = apply_edits(cells[number - 1] or "", edits)
+        try:
+            cst.parse_module(Program([new_sources.get(i, c) for i, c in enumerate(cells, 1)]).source)
+        except cst.ParserSyntaxError:
+            break
+        text = write_cells(text, new_sources)
+        fixed.extend(chosen)
+        findings = check_cells(read_cells(text), path, settings)
+    return text, fixed, findings
+
+
+def add_noqa(source: str, findings: Sequence[Finding]) -> str:
+    """Add `# noqa: CODE` on each finding's line (the end of a multi-line string when it starts in one)."""
+    codes_by_row: Dict[int, set] = {}
+    string_ends = _multiline_string_ends(source)
+    for finding in findings:
+        if finding.code == SYNTAX_ERROR:
+            continue
+        row = string_ends.get(finding.start.row, finding.start.row)
+        codes_by_row.setdefault(row, set()).add(finding.code)
+    lines = source.splitlines(keepends=True)
+    for row, codes in codes_by_row.items():
+        if row <= len(lines):
+            lines[row - 1] = with_noqa(lines[row - 1], codes)
+    return "".join(lines)
+
+
+def _multiline_string_ends(source: str) -> Dict[int, int]:
+    """Rows that end inside a multi-line string, mapped to the row where that string ends."""
+    out: Dict[int, int] = {}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.STRING and token.end[0] > token.start[0]:
+                for row in range(token.start[0], token.end[0]):
+                    out[row] = token.end[0]
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return out

@@ -57,3 +57,16 @@ def is_suppressed(code: str, rows, comments: Dict[int, str]) -> bool:
 
 def ignores_file(source: str, comments: Dict[int, str]) -> bool:
     return bool(IGNORE_FILE.search(source)) and any(IGNORE_FILE.search(c) for c in comments.values())
+
+
+def with_noqa(line: str, codes) -> str:
+    """`line` with `# noqa: CODES` added, merged into an existing `# noqa: ...` when there is one."""
+    body = line.rstrip("\r\n")
+    ending = line[len(body):]
+    match = NOQA.search(body)
+    if match and not match.group("codes"):
+        return line  # a bare `# noqa` already silences everything
+    if match:
+        merged = sorted(set(_CODES.findall(match.group("codes").upper())) | set(codes))
+        return body[: match.start()] + "# noqa: " + ", ".join(merged) + body[match.end():] + ending
+    return body.rstrip() + "  # noqa: " + ", ".join(sorted(set(codes))) + ending

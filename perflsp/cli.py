@@ -1,0 +1,239 @@
+"""`perflsp` command line: `check`, `rule`, `serve`, `profile`, `peaks`.
+
+Ruff's conventions: exit 0 when clean, 1 when findings remain, 2 on a usage or config error.
+Heavy imports (libcst, pygls, torch) happen inside the subcommand that needs them.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from perflsp import __version__
+from perflsp.config import ConfigError
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+OUTPUT_FORMATS = ("text", "concise", "json", "json-lines", "sarif", "github", "junit")
+RUNTIME_COMMANDS = ("profile", "peaks")
+
+
+def _codes(value: str) -> List[str]:
+    return [c.strip().upper() for c in value.split(",") if c.strip()]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="perflsp", description="A performance linter for PyTorch.")
+    parser.add_argument("--version", action="version", version=f"perflsp {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    check = sub.add_parser("check", help="check files and folders for performance bugs")
+    check.add_argument("paths", nargs="*", default=["."], help="files, folders, or - for stdin")
+    check.add_argument("--select", type=_codes, help="rule codes or prefixes to enable (replaces the config's)")
+    check.add_argument("--extend-select", type=_codes, help="rule codes or prefixes to enable in addition")
+    check.add_argument("--ignore", type=_codes, help="rule codes or prefixes to disable")
+    check.add_argument("--per-file-ignores", action="append", metavar="GLOB:CODES",
+                       help="ignore codes in files matching GLOB (repeatable)")
+    check.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text")
+    check.add_argument("--statistics", action="store_true", help="count findings per rule")
+    check.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
+    check.add_argument("--fix", action="store_true", help="apply safe fixes")
+    check.add_argument("--unsafe-fixes", action="store_true", help="also apply (with --fix) or show unsafe fixes")
+    check.add_argument("--diff", action="store_true", help="print the fixes as a diff instead of writing them")
+    check.add_argument("--show-fixes", action="store_true", help="list the fixes that were applied")
+    check.add_argument("--add-noqa", action="store_true", help="add `# noqa: CODE` to every line with a finding")
+    check.add_argument("--no-cache", action="store_true", help="do not read or write .perflsp_cache")
+    check.add_argument("--cache-dir", default=".perflsp_cache", help="cache folder (default: .perflsp_cache)")
+    check.add_argument("--jobs", "-j", type=int, default=0, help="worker processes (default: one per core)")
+    check.add_argument("--stdin-filename", help="the name of the file read from stdin (for config and output)")
+    check.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
+
+    rule = sub.add_parser("rule", help="explain a rule (or list them all)")
+    rule.add_argument("code", nargs="?")
+    rule.add_argument("--all", action="store_true", help="list every rule")
+
+    serve = sub.add_parser("serve", help="run the language server")
+    serve.add_argument("--stdio", action="store_true", help="talk over stdin/stdout (the default)")
+    serve.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP address instead")
+
+    for name in RUNTIME_COMMANDS:
+        sub.add_parser(name, help=f"{'measure a function on the device' if name == 'profile' else 'measure the device ceilings'} "
+                                  f"(see `perflsp {name} --help`)", add_help=False)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in RUNTIME_COMMANDS:
+        from perflsp.runtime.cli import main as runtime_main  # torch is imported only here
+
+        return runtime_main(argv)
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            return _check(args)
+        if args.command == "rule":
+            return _rule(args)
+        if args.command == "serve":
+            from perflsp.server.app import serve
+
+            return serve(tcp=args.tcp)
+    except ConfigError as exc:
+        print(f"perflsp: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    _parser().print_help()
+    return EXIT_USAGE
+
+
+# --- rule ----------------------------------------------------------------------------------------
+
+def _rule(args: argparse.Namespace) -> int:
+    from perflsp.rules.docs import render_rule
+    from perflsp.rules.registry import all_rules, rule_by_code
+
+    if args.all or not args.code:
+        for rule in all_rules():
+            print(f"{rule.code}  {rule.name:<30} {rule.scope:<4} {rule.summary}")
+        return EXIT_CLEAN
+    rule = rule_by_code(args.code)
+    if rule is None:
+        print(f"perflsp: error: no rule {args.code!r}; `perflsp rule --all` lists them", file=sys.stderr)
+        return EXIT_USAGE
+    print(render_rule(rule))
+    return EXIT_CLEAN
+
+
+# --- check ---------------------------------------------------------------------------------------
+
+def _overrides(args: argparse.Namespace) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for key in ("select", "extend_select", "ignore"):
+        if getattr(args, key):
+            out[key.replace("_", "-")] = getattr(args, key)
+    if args.per_file_ignores:
+        table: Dict[str, List[str]] = {}
+        for item in args.per_file_ignores:
+            glob, sep, codes = item.rpartition(":")
+            if not sep or not glob:
+                raise ConfigError(f"--per-file-ignores expects GLOB:CODES, got {item!r}")
+            table.setdefault(glob, []).extend(_codes(codes))
+        out["per-file-ignores"] = table
+    return out
+
+
+def _check(args: argparse.Namespace) -> int:
+    from perflsp.report import render
+    from perflsp.rules import registry, runner
+
+    overrides = _overrides(args)
+    if args.paths == ["-"]:
+        return _check_stdin(args, overrides)
+    try:
+        files = runner.discover(args.paths, overrides)
+    except FileNotFoundError as exc:
+        print(f"perflsp: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for folder in {f.parent for f in files}:  # surface config errors once, before any work
+        registry.validate(runner.file_settings(folder, overrides))
+
+    modifying = args.fix or args.diff or args.add_noqa
+    cache = None if (args.no_cache or modifying) else runner.Cache(Path(args.cache_dir))
+    results = runner.check_paths(files, overrides, jobs=args.jobs, cache=cache)
+    for result in results:
+        if result.error:
+            print(f"perflsp: {result.path}: {result.error}", file=sys.stderr)
+
+    fixed_count, would_change = 0, False
+    if modifying:
+        fixed_count, would_change = _modify(results, overrides, args)
+    findings = [f for r in results for f in r.findings]
+    unsafe_hidden = sum(1 for f in findings if f.fix is not None and f.fix.applicability == "unsafe" and not args.unsafe_fixes)
+    if not args.diff:
+        text = render(findings, args.output_format, show_fixes=args.show_fixes, statistics=args.statistics,
+                      fixed_count=fixed_count, unsafe_hidden=unsafe_hidden,
+                      sources=_sources(findings) if args.output_format == "text" else None,
+                      color=sys.stdout.isatty())
+        if text and not (args.quiet and not findings):
+            print(text, end="" if text.endswith("\n") else "\n")
+    if args.exit_zero:
+        return EXIT_CLEAN
+    return EXIT_FINDINGS if findings or would_change else EXIT_CLEAN
+
+
+def _check_stdin(args: argparse.Namespace, overrides: Dict[str, Any]) -> int:
+    from perflsp.report import render
+    from perflsp.rules import registry, runner
+    from perflsp.rules.fixes import fix_text
+
+    name = args.stdin_filename or "-"
+    settings = runner.file_settings(Path(name if args.stdin_filename else "stdin.py").absolute(), overrides)
+    registry.validate(settings)
+    text = sys.stdin.read()
+    if args.fix:
+        new, _, remaining = fix_text(text, name, settings, unsafe=args.unsafe_fixes)
+        sys.stdout.write(new)  # Ruff's convention: fixed source on stdout, findings on stderr
+        if remaining:
+            print(render(remaining, "concise"), file=sys.stderr)
+        return EXIT_FINDINGS if remaining and not args.exit_zero else EXIT_CLEAN
+    findings = runner.check_text(text, name, settings)
+    print(render(findings, args.output_format, statistics=args.statistics, sources={name: text}), end="")
+    return EXIT_FINDINGS if findings and not args.exit_zero else EXIT_CLEAN
+
+
+def _modify(results, overrides: Dict[str, Any], args: argparse.Namespace):
+    """--fix / --diff / --add-noqa on each file with findings; updates `results` in place.
+
+    Returns (number of fixes applied, whether --diff found changes)."""
+    from perflsp.rules import runner
+    from perflsp.rules.fixes import add_noqa, fix_text
+
+    fixed_count, would_change = 0, False
+    for result in results:
+        if not result.findings or result.error:
+            continue
+        path = Path(result.path)
+        settings = runner.file_settings(path, overrides)
+        old = runner.read_text(path)
+        if args.add_noqa:
+            if result.path.endswith(".ipynb"):
+                print(f"perflsp: {result.path}: --add-noqa does not edit notebooks", file=sys.stderr)
+                continue
+            new, remaining, applied = add_noqa(old, result.findings), [], len(result.findings)
+        else:
+            new, fixed, remaining = fix_text(old, result.path, settings, unsafe=args.unsafe_fixes)
+            applied = len(fixed)
+            if args.show_fixes:
+                for finding in fixed:
+                    print(f"{result.path}:{finding.start.row}: fixed {finding.code} ({finding.fix.message})", file=sys.stderr)
+        if new == old:
+            continue
+        fixed_count += applied
+        if args.diff:
+            would_change = True
+            sys.stdout.write(unified_diff(old, new, result.path))
+            continue
+        path.write_text(new, encoding="utf-8")
+        result.findings = remaining
+    if args.add_noqa and not args.diff:
+        print(f"Added {fixed_count} noqa directives.", file=sys.stderr)
+    return fixed_count, would_change
+
+
+def _sources(findings) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for finding in findings:
+        if finding.filename not in out and not finding.filename.endswith(".ipynb"):
+            try:
+                out[finding.filename] = Path(finding.filename).read_text(encoding="utf-8-sig")
+            except OSError:
+                pass
+    return out
+
+
+def unified_diff(old: str, new: str, path: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Rule pages generated from the rules' own declarations (Ruff's five headings).
+
+`python -m perflsp.rules.docs docs/rules` rewrites the pages; a test fails when they drift.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Dict, Type
+
+from perflsp.rules.registry import all_rules
+from perflsp.rules.rule import Rule
+
+_SCOPE = {
+    "hot": "Reported in hot code only (loops, comprehensions, functions marked hot or called from hot "
+           "code, and the `hot-functions` list); `report-cold` extends it to all code.",
+    "any": "Reported anywhere in the file.",
+}
+_SAFETY = {
+    None: "This rule has no automatic fix.",
+    "safe": "The fix is safe: it keeps the program's behaviour and is applied by `perflsp check --fix`.",
+    "unsafe": "The fix is unsafe: it can change behaviour in edge cases (see *Why is this bad?*), so it is "
+              "applied only with `--fix --unsafe-fixes` and shown as unsafe in the editor.",
+    "safe/unsafe": "The fix is safe in some cases and unsafe in others (see *Why is this bad?*); unsafe ones "
+                   "need `--unsafe-fixes`.",
+}
+
+
+def render_rule(rule: Type[Rule]) -> str:
+    bad = rule.invalid[0]
+    lines = [
+        f"# {rule.code} {rule.name}",
+        "",
+        f"Scope: {_SCOPE[rule.scope]}",
+        "",
+        "## What it does",
+        "",
+        rule.summary[0].upper() + rule.summary[1:] + ".",
+        "",
+        "## Why is this bad?",
+        "",
+        rule.why,
+        "",
+        "## Example",
+        "",
+        "```python",
+        bad.code.rstrip("\n"),
+        "```",
+        "",
+        "## Use instead",
+        "",
+        rule.how_to_fix,
+        "",
+        "```python",
+        (bad.fixed or rule.valid[0]).rstrip("\n"),
+        "```",
+        "",
+        "## Fix safety",
+        "",
+        _SAFETY[rule.fix_safety],
+        "",
+    ]
+    if rule.options:
+        lines += ["## Options", ""]
+        for name, option in rule.options.items():
+            lines.append(f"- `{name}` (default `{option.default!r}`): {option.description}")
+            lines.append(f"  Set it in `[tool.perflsp.rules.{rule.code}]`.")
+        lines.append("")
+    lines += ["## Suppression", "", f"`# noqa: {rule.code}` or `# perflsp: ignore[{rule.code}]` on the line.", ""]
+    return "\n".join(lines)
+
+
+def render_index() -> str:
+    lines = ["# Rules", "", "Generated from the rule modules; do not edit by hand.", "",
+             "| code | name | scope | fix | what it flags |", "| --- | --- | --- | --- | --- |"]
+    for rule in all_rules():
+        fix = rule.fix_safety or ""
+        lines.append(f"| [{rule.code}]({rule.code}.md) | {rule.name} | {rule.scope} | {fix} | {rule.summary} |")
+    return "\n".join(lines) + "\n"
+
+
+def pages() -> Dict[str, str]:
+    out = {f"{rule.code}.md": render_rule(rule) for rule in all_rules()}
+    out["README.md"] = render_index()
+    return out
+
+
+def main(argv=None) -> int:
+    target = Path((argv or sys.argv[1:] or ["docs/rules"])[0])
+    target.mkdir(parents=True, exist_ok=True)
+    wanted = pages()
+    for stale in target.glob("PFL*.md"):
+        if stale.name not in wanted:
+            stale.unlink()
+    for name, text in wanted.items():
+        (target / name).write_text(text)
+    print(f"wrote {len(wanted)} pages to {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
