@@ -46,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--no-cache", action="store_true", help="do not read or write .perflsp_cache")
     check.add_argument("--cache-dir", default=".perflsp_cache", help="cache folder (default: .perflsp_cache)")
     check.add_argument("--jobs", "-j", type=int, default=0, help="worker processes (default: one per core)")
+    check.add_argument("--force-exclude", action="store_true", help="apply `exclude` to files named on the command line too")
     check.add_argument("--stdin-filename", help="the name of the file read from stdin (for config and output)")
     check.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
 
@@ -124,18 +125,16 @@ def _overrides(args: argparse.Namespace) -> Dict[str, Any]:
 
 def _check(args: argparse.Namespace) -> int:
     from perflsp.report import render
-    from perflsp.rules import registry, runner
+    from perflsp.rules import runner
 
     overrides = _overrides(args)
     if args.paths == ["-"]:
         return _check_stdin(args, overrides)
     try:
-        files = runner.discover(args.paths, overrides)
+        files = runner.discover(args.paths, overrides, force_exclude=args.force_exclude)
     except FileNotFoundError as exc:
         print(f"perflsp: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    for folder in {f.parent for f in files}:  # surface config errors once, before any work
-        registry.validate(runner.file_settings(folder, overrides))
 
     modifying = args.fix or args.diff or args.add_noqa
     cache = None if (args.no_cache or modifying) else runner.Cache(Path(args.cache_dir))
@@ -150,8 +149,13 @@ def _check(args: argparse.Namespace) -> int:
     findings = [f for r in results for f in r.findings]
     unsafe_hidden = sum(1 for f in findings if f.fix is not None and f.fix.applicability == "unsafe" and not args.unsafe_fixes)
     if not args.diff:
+        summaries = None
+        if args.output_format == "sarif":
+            from perflsp.rules.registry import all_rules
+
+            summaries = {rule.code: rule.summary for rule in all_rules()}
         text = render(findings, args.output_format, show_fixes=args.show_fixes, statistics=args.statistics,
-                      fixed_count=fixed_count, unsafe_hidden=unsafe_hidden,
+                      fixed_count=fixed_count, unsafe_hidden=unsafe_hidden, rule_summaries=summaries,
                       sources=_sources(findings) if args.output_format == "text" else None,
                       color=sys.stdout.isatty())
         if text and not (args.quiet and not findings):

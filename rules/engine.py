@@ -44,15 +44,12 @@ def check_source(source: str, path: str, settings: Settings,
     findings: List[Finding] = []
     for rule in enabled_rules(settings, path):
         try:
-            reports = list(rule.check(ctx))
+            produced = [_finding(ctx, rule, report, path, settings) for report in rule.check(ctx)]
         except Exception:  # a rule bug must cost one rule on one file, never the whole run
             log.exception("perflsp: rule %s failed on %s; its findings for this file are skipped", rule.code, path)
             continue
-        for report in reports:
-            finding = _finding(ctx, rule, report, path, settings)
-            if finding is not None and not suppress.is_suppressed(
-                    finding.code, {finding.start.row, finding.end.row}, comments):
-                findings.append(finding)
+        findings.extend(f for f in produced if f is not None and not suppress.is_suppressed(
+            f.code, {f.start.row, f.end.row}, comments))
     findings.sort(key=Finding.sort_key)
     return findings
 

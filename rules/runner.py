@@ -1,7 +1,8 @@
 """Checking many files: discovery (`.gitignore`, `exclude`), notebooks, the cache and a process pool.
 
 Shared by `perflsp check` and the language server's workspace diagnostics, so both read and
-write the same cache.
+write the same cache. The engine (and libcst) is imported only when a file misses the cache, so
+re-checking an unchanged tree costs little more than starting Python.
 """
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import perflsp
 from perflsp.config import Settings, settings_for
 from perflsp.findings import Finding
-from perflsp.rules.engine import check_source
-from perflsp.rules.notebook import NotebookError, check_cells, read_cells
 
 SUFFIXES = (".py", ".pyi", ".ipynb")
 MAX_FILE_BYTES = 5 * 1024 * 1024  # larger files are generated code: parsing one would take ~minutes
@@ -37,17 +36,19 @@ class FileResult:
 
 # --- discovery -----------------------------------------------------------------------------------
 
-def discover(paths: Sequence[str], overrides: Mapping[str, Any] = {}) -> List[Path]:
-    """Python files and notebooks under `paths`; explicit file arguments are always kept."""
+def discover(paths: Sequence[str], overrides: Mapping[str, Any] = {}, force_exclude: bool = False) -> List[Path]:
+    """Python files and notebooks under `paths`; explicit file arguments are kept unless
+    `force_exclude` (what pre-commit wants: it passes every changed file by name)."""
     found: List[Path] = []
     seen = set()
+    settings = _SettingsByFolder(overrides)
     for raw in paths:
         path = Path(raw)
         if path.is_file():
-            candidates: Iterable[Path] = [path]
+            candidates: Iterable[Path] = [] if force_exclude and settings(path).is_excluded(str(path)) else [path]
         elif path.is_dir():
             candidates = (p for p in _walk(path) if p.suffix in SUFFIXES
-                          and not file_settings(p, overrides).is_excluded(str(p)))
+                          and not settings(p).is_excluded(str(p)))
         else:
             raise FileNotFoundError(f"{raw}: no such file or directory")
         for candidate in candidates:
@@ -91,12 +92,31 @@ def file_settings(path: Path, overrides: Mapping[str, Any] = {}) -> Settings:
     return settings.with_overrides(overrides, "command line") if overrides else settings
 
 
+class _SettingsByFolder:
+    """`file_settings` memoised per folder for one run, which need not watch config files change."""
+
+    def __init__(self, overrides: Mapping[str, Any]):
+        self.overrides = overrides
+        self.memo: Dict[Path, Settings] = {}
+
+    def __call__(self, path: Path) -> Settings:
+        folder = path.parent
+        found = self.memo.get(folder)
+        if found is None:
+            found = self.memo[folder] = file_settings(path, self.overrides)
+        return found
+
+
 # --- one file -----------------------------------------------------------------------------------
 
 def check_text(text: str, path: str, settings: Settings) -> List[Finding]:
-    """Findings for a file's text, notebooks included."""
+    """Findings for a file's text, notebooks included (a bad notebook raises NotebookError)."""
     if path.endswith(".ipynb"):
+        from perflsp.rules.notebook import check_cells, read_cells
+
         return check_cells(read_cells(text), path, settings)
+    from perflsp.rules.engine import check_source
+
     return check_source(text, path, settings)
 
 
@@ -116,7 +136,7 @@ def _check_one(path: str, overrides: Mapping[str, Any]) -> Tuple[str, List[Dict[
     try:
         stat = p.stat()
         findings = check_text(read_text(p), path, file_settings(p, overrides))
-    except (OSError, ValueError, NotebookError) as exc:
+    except (OSError, ValueError) as exc:  # NotebookError is a ValueError
         return path, [], str(exc), 0, 0
     return path, [f.to_dict() for f in findings], None, stat.st_mtime_ns, stat.st_size
 
@@ -170,12 +190,18 @@ def check_paths(files: Sequence[Path], overrides: Mapping[str, Any] = {}, jobs: 
     """Check `files` (cache first, then `jobs` worker processes; 0 = one per core)."""
     results: Dict[str, FileResult] = {}
     todo: List[str] = []
+    settings = _SettingsByFolder(overrides)
     for path in files:
-        hit = cache.get(path, file_settings(path, overrides).fingerprint()) if cache is not None else None
+        hit = cache.get(path, settings(path).fingerprint()) if cache is not None else None
         if hit is not None:
             results[str(path)] = FileResult(str(path), hit, cached=True)
         else:
             todo.append(str(path))
+    if todo:
+        from perflsp.rules.registry import validate
+
+        for distinct in {settings(Path(p)) for p in todo}:
+            validate(distinct)  # a config error stops the run before any work, with its message
     jobs = jobs or os.cpu_count() or 1
     if jobs == 1 or len(todo) < 2:
         outcomes = [_check_one(p, overrides) for p in todo]
@@ -185,7 +211,7 @@ def check_paths(files: Sequence[Path], overrides: Mapping[str, Any] = {}, jobs: 
     for path, dicts, error, mtime_ns, size in outcomes:
         results[path] = FileResult(path, [Finding.from_dict(d) for d in dicts], error)
         if cache is not None and error is None:
-            cache.put(Path(path), file_settings(Path(path), overrides).fingerprint(), mtime_ns, size, dicts)
+            cache.put(Path(path), settings(Path(path)).fingerprint(), mtime_ns, size, dicts)
     if cache is not None:
         cache.save()
     return [results[str(p)] for p in files]

@@ -218,7 +218,12 @@ class Walk:
         comp_for = node.for_in
         out: List[Tuple[cst.CSTNode, Frame]] = []
         inner = frame
+        owner: cst.CSTNode = node
         while comp_for is not None:
+            # CompFor nodes are not walked themselves (their parts are, in different frames), but
+            # hot reasons point at them, so they need a parent for positions.
+            self.parents[comp_for] = owner
+            owner = comp_for
             out.append((comp_for.iter, inner))
             inner = inner.with_loop(comp_for)
             self._bind_target(comp_for.target, comp_for.iter, inner, "for")

@@ -164,8 +164,9 @@ def test_gitignore_and_exclude(perflsp_cli, tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.perflsp]\nexclude = ["vendor"]\n')
     findings = _json(perflsp_cli("check", ".", "--output-format", "json", "--no-cache"))
     assert [Path(f["filename"]).name for f in findings] == ["mine.py"]
-    # an explicit file argument is always checked
+    # an explicit file argument is checked, unless --force-exclude (pre-commit's hook passes it)
     assert _json(perflsp_cli("check", "vendor/loop.py", "--output-format", "json", "--no-cache"))
+    assert _json(perflsp_cli("check", "vendor/loop.py", "--force-exclude", "--output-format", "json", "--no-cache")) == []
 
 
 def test_oversized_and_undecodable_files_are_skipped_with_a_reason(perflsp_cli, tmp_path):
