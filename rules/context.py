@@ -7,6 +7,7 @@ Rules ask questions; nothing here knows about any particular rule.
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -310,7 +311,7 @@ class ModuleContext:
             return None
         if param.default is not None and not (isinstance(param.default, cst.Name) and param.default.value == "None"):
             return None
-        if function.name == "forward" or function.name.endswith("_step"):
+        if (function.name == "forward" or function.name.endswith("_step")) and not _is_autograd_function(function):
             return TENSOR
         return None
 
@@ -400,7 +401,7 @@ class ModuleContext:
         if qualname.startswith(_TORCH_NON_TENSOR_PREFIXES):
             return PYTHON
         if qualname.count(".") == 1:
-            if last in _TORCH_NON_TENSOR:
+            if last in _TORCH_NON_TENSOR or last.startswith(("is_", "are_", "get_", "set_", "use_")):
                 return PYTHON
             if last[:1].isupper():
                 return TENSOR if last.endswith("Tensor") else PYTHON
@@ -612,6 +613,13 @@ class ModuleContext:
         return self._stmt_rows
 
 
+def _is_autograd_function(function: FunctionInfo) -> bool:
+    """`torch.autograd.Function.forward(ctx, ...)`: its arguments are anything, not only tensors."""
+    params = function.node.params.params
+    static = any(isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod" for d in function.node.decorators)
+    return static or bool(params and params[0].name.value == "ctx")
+
+
 def _join_all(kinds) -> Optional[str]:
     seen = {k for k in kinds if k not in (None, "none")}
     return seen.pop() if len(seen) == 1 else None
@@ -638,9 +646,12 @@ def _looks_like_loader(expr: cst.BaseExpression) -> bool:
     return name is not None and "loader" in name.lower()
 
 
+_MODEL_NAME = re.compile(r"(^|_)(model|module|encoder|decoder|criterion|loss_fn|head|layer|backbone|block)s?$|net$")
+
+
 def _looks_like_model(expr: cst.BaseExpression) -> bool:
-    name = (_last_name(expr) or "").lower()
-    return any(word in name for word in ("model", "net", "module", "encoder", "decoder", "criterion", "layer", "loss_fn", "head"))
+    """`model`, `teacher_model`, `resnet`, `self.encoder`: a name that ends like a module's."""
+    return bool(_MODEL_NAME.search((_last_name(expr) or "").lower()))
 
 
 def loop_header(ctx: ModuleContext, loop: cst.CSTNode) -> str:
