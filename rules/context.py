@@ -175,6 +175,10 @@ class ModuleContext:
             return -expr.expression.evaluated_value
         return None
 
+    def last_name(self, expr: cst.BaseExpression) -> Optional[str]:
+        """`Conv2d` for `nn.Conv2d` and for `Conv2d`: a cheap filter before `qualname`."""
+        return _last_name(expr)
+
     # -- type inference ---------------------------------------------------------------------------
 
     def is_tensor(self, expr: cst.BaseExpression, frame: Frame) -> bool:

@@ -1,0 +1,207 @@
+from __future__ import annotations
+
+from typing import Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from perflsp.rules.context import ModuleContext
+from perflsp.rules.rule import FixSpec, Invalid, Report, Rule
+from perflsp.rules.walk import Frame
+
+_CONVS = frozenset({"Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"})
+_NORMS = frozenset({"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"})
+_BIAS_POSITION = 7  # `Conv2d(in, out, kernel_size, stride, padding, dilation, groups, bias)`, same for ConvTranspose
+
+_Layer = Tuple[cst.Call, Frame]
+
+
+class ConvBiasBeforeBatchnorm(Rule):
+    code = "PFL606"
+    name = "conv-bias-before-batchnorm"
+    summary = "Convolution with a bias directly followed by batch norm, which cancels the bias"
+    why = (
+        "Batch norm subtracts each channel's mean before it scales and shifts. A per-channel bias "
+        "added by the convolution right before it moves that mean by exactly the bias, so it is "
+        "subtracted again: in training through the batch mean, in eval through the running mean, "
+        "which has absorbed it. The bias still costs an extra add over the whole activation (or "
+        "keeps cuDNN from its bias-free kernels), a parameter, its gradient (a reduction over the "
+        "batch and spatial dimensions in every backward) and optimizer state, for no effect; "
+        "batch norm's own shift (`beta`) already provides the offset. The fix is unsafe: "
+        "checkpoints saved with the bias hold a `...bias` key that `load_state_dict` (strict by "
+        "default) then rejects."
+    )
+    how_to_fix = (
+        "Pass `bias=False` to a convolution that feeds straight into `BatchNorm`; when loading old "
+        "checkpoints, drop the stale bias keys or load with `strict=False`."
+    )
+    scope = "any"
+    fix_safety = "unsafe"
+    valid = [
+        "import torch.nn as nn\n\nblock = nn.Sequential(\n    nn.Conv2d(64, 128, kernel_size=3, padding=1, bias=False),\n"
+        "    nn.BatchNorm2d(128),\n    nn.ReLU(inplace=True),\n)\n",
+        "import torch.nn as nn\n\nblock = nn.Sequential(nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.BatchNorm2d(128))\n",
+        "import torch.nn as nn\n\nhead = nn.Sequential(nn.Conv1d(256, 10, 1), nn.LayerNorm(10))\n",
+        "import torch.nn as nn\n\n\nclass Block(nn.Module):\n    def __init__(self, c):\n        super().__init__()\n"
+        "        self.conv = nn.Conv2d(c, c, 3, padding=1)\n        self.bn = nn.BatchNorm2d(c)\n\n"
+        "    def forward(self, x):\n        return self.bn(x + self.conv(x))\n",
+    ]
+    invalid = [
+        Invalid(
+            "import torch.nn as nn\n\nstem = nn.Sequential(\n    nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3),\n"
+            "    nn.BatchNorm2d(64),\n    nn.ReLU(inplace=True),\n)\n",
+            flagged="nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3)",
+            fixed="import torch.nn as nn\n\nstem = nn.Sequential(\n    nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False),\n"
+            "    nn.BatchNorm2d(64),\n    nn.ReLU(inplace=True),\n)\n",
+        ),
+        Invalid(
+            "import torch.nn as nn\nimport torch.nn.functional as F\n\n\nclass ConvBlock(nn.Module):\n"
+            "    def __init__(self, cin, cout):\n        super().__init__()\n"
+            "        self.conv = nn.Conv2d(cin, cout, 3, padding=1, bias=True)\n        self.bn = nn.BatchNorm2d(cout)\n\n"
+            "    def forward(self, x):\n        x = self.conv(x)\n        x = self.bn(x)\n        return F.relu(x)\n",
+            flagged="nn.Conv2d(cin, cout, 3, padding=1, bias=True)",
+            fixed="import torch.nn as nn\nimport torch.nn.functional as F\n\n\nclass ConvBlock(nn.Module):\n"
+            "    def __init__(self, cin, cout):\n        super().__init__()\n"
+            "        self.conv = nn.Conv2d(cin, cout, 3, padding=1, bias=False)\n        self.bn = nn.BatchNorm2d(cout)\n\n"
+            "    def forward(self, x):\n        x = self.conv(x)\n        x = self.bn(x)\n        return F.relu(x)\n",
+        ),
+        Invalid(
+            "import torch.nn as nn\n\n\ndef make_layers(cfg):\n    layers, in_channels = [], 3\n    for v in cfg:\n"
+            "        conv = nn.Conv2d(in_channels, v, kernel_size=3, padding=1)\n"
+            "        layers += [conv, nn.BatchNorm2d(v), nn.ReLU(inplace=True)]\n        in_channels = v\n"
+            "    return nn.Sequential(*layers)\n",
+            flagged="nn.Conv2d(in_channels, v, kernel_size=3, padding=1)",
+        ),
+        Invalid(
+            "import torch\nfrom torch import nn\n\n\nclass Stem(nn.Module):\n    def __init__(self):\n"
+            "        super().__init__()\n        self.conv1 = nn.Conv3d(1, 32, kernel_size=3)\n"
+            "        self.bn1 = nn.BatchNorm3d(32)\n\n    def forward(self, x):\n"
+            "        return torch.relu(self.bn1(self.conv1(x)))\n",
+            flagged="nn.Conv3d(1, 32, kernel_size=3)",
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Report]:
+        reported: Set[cst.Call] = set()
+        for (conv, frame), norm in self._pairs(ctx):
+            if conv in reported:
+                continue
+            reported.add(conv)
+            yield self.report(
+                conv, frame,
+                f"`{ctx.code(conv)}` adds a per-channel bias that the following `{ctx.code(norm)}` "
+                "removes again when it subtracts the channel mean: an extra add, a parameter, its "
+                "gradient and optimizer state for no effect; pass `bias=False`",
+                fix=self._fix(ctx, conv),
+            )
+
+    def _pairs(self, ctx: ModuleContext) -> Iterator[Tuple[_Layer, cst.Call]]:
+        """(convolution with bias, the batch norm right after it)."""
+        for call, frame in ctx.nodes(cst.Call):
+            func = call.func
+            if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+                if frame.class_info is not None:
+                    found = _applied_pair(ctx, call, frame)  # type: ignore[arg-type]
+                    if found is not None:
+                        yield found
+            elif ctx.last_name(func) == "Sequential" and ctx.qualname(func) == "torch.nn.Sequential":
+                yield from _consecutive(ctx, _sequential_layers(ctx, call), frame)  # type: ignore[arg-type]
+        for node, frame in ctx.nodes(cst.List):
+            # `layers += [conv, nn.BatchNorm2d(v), nn.ReLU()]` before `nn.Sequential(*layers)`
+            elements = [e.value for e in node.elements if isinstance(e, cst.Element)]  # type: ignore[attr-defined]
+            yield from _consecutive(ctx, elements, frame)
+
+    def _fix(self, ctx: ModuleContext, conv: cst.Call) -> Optional[FixSpec]:
+        message = "Pass `bias=False`"
+        bias = ctx.argument(conv, "bias", _BIAS_POSITION)
+        if bias is not None:
+            return self.replace(message, "unsafe", (bias.value, "False"))
+        last = conv.args[-1].value
+        text = ctx.module.code_for_node(last)
+        if "\n" in text:  # re-rendered alone, a multi-line argument would lose its indentation
+            return None
+        return self.replace(message, "unsafe", (last, f"{text}, bias=False"))
+
+
+def _layer_call(ctx: ModuleContext, expr: cst.BaseExpression, frame: Frame, names: frozenset) -> Optional[_Layer]:
+    """`expr` constructs an `nn.<one of names>`, directly or through a name assigned once."""
+    if isinstance(expr, cst.Name):
+        bindings = ctx.bindings_of(expr.value, frame)
+        if len(bindings) != 1 or bindings[0].how != "assign" or not isinstance(bindings[0].value, cst.Call):
+            return None
+        expr, frame = bindings[0].value, bindings[0].frame
+    if not (isinstance(expr, cst.Call) and ctx.last_name(expr.func) in names):
+        return None
+    return (expr, frame) if (ctx.qualname(expr.func) or "").startswith("torch.nn.") else None
+
+
+def _biased_conv(ctx: ModuleContext, expr: cst.BaseExpression, frame: Frame) -> Optional[_Layer]:
+    layer = _layer_call(ctx, expr, frame, _CONVS)
+    if layer is None or any(arg.star for arg in layer[0].args):
+        return None
+    bias = ctx.argument(layer[0], "bias", _BIAS_POSITION)
+    return layer if bias is None or ctx.literal(bias.value) is True else None
+
+
+def _consecutive(ctx: ModuleContext, layers: List[cst.BaseExpression],
+                 frame: Frame) -> Iterator[Tuple[_Layer, cst.Call]]:
+    for first, second in zip(layers, layers[1:]):
+        norm = _layer_call(ctx, second, frame, _NORMS)
+        conv = _biased_conv(ctx, first, frame) if norm is not None else None
+        if conv is not None and norm is not None:
+            yield conv, norm[0]
+
+
+def _sequential_layers(ctx: ModuleContext, call: cst.Call) -> List[cst.BaseExpression]:
+    """The modules in `nn.Sequential(a, b, ...)` or `nn.Sequential(OrderedDict([("a", a), ...]))`."""
+    args = [a.value for a in ctx.positional(call)]
+    if len(args) == 1 and isinstance(args[0], cst.Call) and ctx.qualname(args[0].func) == "collections.OrderedDict":
+        items = ctx.positional(args[0])
+        pairs = items[0].value if items else None
+        if isinstance(pairs, (cst.List, cst.Tuple)):
+            return [e.value.elements[1].value for e in pairs.elements
+                    if isinstance(e.value, cst.Tuple) and len(e.value.elements) == 2]
+    return args
+
+
+def _self_layer(expr: cst.BaseExpression, frame: Frame) -> Optional[Tuple[cst.BaseExpression, Frame]]:
+    """What `self.<attr>` was bound to, when the class binds it exactly once (in `__init__`)."""
+    if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self"):
+        return None
+    bound = frame.class_info.attr_bindings.get(expr.attr.value, [])  # type: ignore[union-attr]
+    return bound[0] if len(bound) == 1 else None
+
+
+def _applied_pair(ctx: ModuleContext, call: cst.Call, frame: Frame) -> Optional[Tuple[_Layer, cst.Call]]:
+    """`self.bn(self.conv(x))`, or `x = self.conv(x)` then `x = self.bn(x)` on the next line."""
+    bound = _self_layer(call.func, frame)
+    norm = _layer_call(ctx, bound[0], bound[1], _NORMS) if bound is not None else None
+    args = ctx.positional(call)
+    if norm is None or len(args) != 1:
+        return None
+    inner = args[0].value
+    if isinstance(inner, cst.Name):
+        inner = _assigned_just_before(ctx, call, inner.value)
+    if not (isinstance(inner, cst.Call) and len(ctx.positional(inner)) == 1):
+        return None
+    bound = _self_layer(inner.func, frame)
+    conv = _biased_conv(ctx, bound[0], bound[1]) if bound is not None else None
+    return (conv, norm[0]) if conv is not None else None
+
+
+def _assigned_just_before(ctx: ModuleContext, node: cst.CSTNode, name: str) -> Optional[cst.BaseExpression]:
+    """The value of `name = <value>` when it is the statement right before the one holding `node`."""
+    statement: Optional[cst.CSTNode] = node
+    while statement is not None and not isinstance(statement, cst.SimpleStatementLine):
+        statement = ctx.parent(statement)
+    block = ctx.parent(statement) if statement is not None else None
+    if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+        return None
+    index = list(block.body).index(statement)
+    previous = block.body[index - 1] if index > 0 else None
+    if not (isinstance(previous, cst.SimpleStatementLine) and len(previous.body) == 1):
+        return None
+    assign = previous.body[0]
+    if (isinstance(assign, cst.Assign) and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name) and assign.targets[0].target.value == name):
+        return assign.value
+    return None
