@@ -89,8 +89,8 @@ class ModuleContext:
         for binding in self.walk.bindings:
             self._scopes.setdefault(binding.frame.function, {}).setdefault(binding.name, []).append(binding)
         self._bound_names: Set[str] = {b.name for b in self.walk.bindings}
-        self._kind_memo: Dict[int, Optional[str]] = {}
-        self._in_progress: Set[int] = set()
+        self._kind_memo: Dict[Tuple[int, int], Optional[str]] = {}
+        self._in_progress: Set[Tuple[int, int]] = set()
         self._assigned: Dict[cst.CSTNode, Set[str]] = {}
         self._stmt_rows: Optional[List[int]] = None
         self._stmt_index: Dict[cst.CSTNode, int] = {}
@@ -185,7 +185,7 @@ class ModuleContext:
         return self.kind(expr, frame) == TENSOR
 
     def kind(self, expr: cst.BaseExpression, frame: Frame) -> Optional[str]:
-        key = id(expr) ^ (id(frame) << 1)
+        key = (id(expr), id(frame))  # a pair: XOR-ing the two ids collided and returned other nodes' kinds
         if key in self._kind_memo:
             return self._kind_memo[key]
         if key in self._in_progress:
@@ -533,13 +533,19 @@ class ModuleContext:
                 target = target.func
             if self.qualname(target) == "torch.compile":
                 return True
-        for call, _ in self.nodes(cst.Call):
-            if self.qualname(call.func) == "torch.compile":  # type: ignore[attr-defined]
-                for arg in call.args:  # type: ignore[attr-defined]
-                    if _last_name(arg.value) in (function.name, "self") or (
-                        function.class_info is not None and _last_name(arg.value) == function.class_info.name):
-                        return True
-        return False
+        names = self._compiled_names()
+        return function.name in names or "self" in names or (
+            function.class_info is not None and function.class_info.name in names)
+
+    def _compiled_names(self) -> Set[Optional[str]]:
+        """Last names of everything passed to `torch.compile(...)` in this module, found once:
+        `is_compiled` runs per function, and a scan of every call each time is quadratic."""
+        names = getattr(self, "_compile_args", None)
+        if names is None:
+            names = self._compile_args = {
+                _last_name(arg.value) for call, _ in self.nodes(cst.Call)
+                if self.qualname(call.func) == "torch.compile" for arg in call.args}  # type: ignore[attr-defined]
+        return names
 
     # -- loops ------------------------------------------------------------------------------------
 

@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from perflsp.rules.context import MODULE, NUMPY, PYTHON, ModuleContext
+from perflsp.rules.rule import Invalid, Report, Rule
+from perflsp.rules.walk import Frame
+
+FLOAT64 = frozenset({"torch.float64", "torch.double"})
+_TORCH_DTYPES = frozenset(
+    "torch." + name for name in
+    """float32 float float16 half bfloat16 float64 double complex64 cfloat complex128 cdouble uint8 int8
+    int16 short int32 int int64 long bool float8_e4m3fn float8_e5m2""".split()
+)
+# Results consumed on the host: float64 there is ordinary CPU arithmetic, not device work.
+_HOST_METHODS = frozenset({"cpu", "numpy", "tolist", "item"})
+
+
+def calls_after(ctx: ModuleContext, expr: cst.BaseExpression) -> Iterator[cst.Call]:
+    """The method calls chained on `expr`'s value, nearest first: `.cuda()`, then `.float()` for
+    `expr.cuda().float()`."""
+    node = expr
+    while True:
+        attr = ctx.parent(node)
+        call = ctx.parent(attr) if isinstance(attr, cst.Attribute) and attr.value is node else None
+        if not isinstance(call, cst.Call) or call.func is not attr:
+            return
+        yield call
+        node = call
+
+
+def calls_before(ctx: ModuleContext, expr: cst.BaseExpression) -> Iterator[cst.Call]:
+    """The method calls that produced `expr`, nearest first: `.detach()`, then `.cpu()` for
+    `x.cpu().detach()`; a call of a qualified function (`torch.ones(...)`) ends the chain."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and ctx.qualname(expr.func) is None:
+        yield expr
+        expr = expr.func.value
+
+
+def target_dtype(ctx: ModuleContext, call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The dtype that `x.to(...)` / `x.type(...)` converts to, when the call names one:
+    `dtype=...`, a `torch.<dtype>`, the second argument of `.to(device, dtype)`, or a name such as
+    `dtype` / `x.dtype`."""
+    keyword = ctx.keyword(call, "dtype")
+    if keyword is not None:
+        return keyword.value
+    positional = ctx.positional(call)
+    for arg in positional:
+        if ctx.qualname(arg.value) in _TORCH_DTYPES:
+            return arg.value
+    if ctx.method_name(call) == "to" and len(positional) >= 2:
+        return positional[1].value
+    if not positional:
+        return None
+    first = positional[0].value
+    if ctx.method_name(call) == "type":
+        return first  # `.type()` only ever converts: a dtype, a legacy tensor type or its name
+    name = first.attr.value if isinstance(first, cst.Attribute) else first.value if isinstance(first, cst.Name) else ""
+    return first if name.endswith("dtype") else None
+
+
+def _is_cpu(ctx: ModuleContext, expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.Call) and ctx.qualname(expr.func) == "torch.device" and expr.args:
+        expr = expr.args[0].value
+    return isinstance(expr, cst.SimpleString) and expr.evaluated_value == "cpu"
+
+
+def _on_host(ctx: ModuleContext, call: cst.Call) -> bool:
+    """Made on, moved to, or read back by the CPU (`device="cpu"`, `.cpu().double()`, `.double().item()`)."""
+    device = ctx.keyword(call, "device")
+    if device is None and ctx.method_name(call) == "to" and ctx.positional(call):
+        device = ctx.positional(call)[0]
+    if device is not None and _is_cpu(ctx, device.value):
+        return True
+    if any(ctx.method_name(c) in _HOST_METHODS for c in calls_after(ctx, call)):
+        return True
+    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+    return receiver is not None and any(ctx.method_name(c) == "cpu" for c in calls_before(ctx, receiver))
+
+
+class Float64OnDevice(Rule):
+    code = "PFL202"
+    name = "float64-on-device"
+    summary = "float64 tensors and models run at a fraction of float32 speed on GPUs"
+    why = (
+        "GPUs have far fewer float64 units than float32 ones: consumer and workstation cards run "
+        "float64 at 1/32 to 1/64 of their float32 rate, and even data-centre parts at half of it. "
+        "Matrix multiplies and convolutions in float64 cannot use the TF32, float16 or bfloat16 "
+        "Tensor Core paths either, and autocast leaves float64 alone. Each element also takes twice "
+        "the memory, bandwidth and host-to-device transfer time of float32, and one float64 "
+        "operand promotes every operation it meets (`x_fp32 * w_fp64` is computed in float64)."
+    )
+    how_to_fix = (
+        "Keep tensors and models in float32 (or lower precision under `torch.autocast`). Where a "
+        "computation really needs the precision, do only that part in float64, or do it on the "
+        "CPU (`.cpu().double()`)."
+    )
+    scope = "any"
+    valid = [
+        "import torch\n\nmodel = torch.nn.Linear(16, 4).cuda()\nx = torch.randn(8, 16, device=\"cuda\")\ny = model(x)\n",
+        # Precise metrics computed on the host.
+        "import torch\n\ndef pearson(pred, target):\n    p, t = pred.detach().cpu().double(), target.detach().cpu().double()\n"
+        "    p, t = p - p.mean(), t - t.mean()\n    return (p * t).sum() / (p.norm() * t.norm())\n",
+        "import torch\n\nhist = torch.zeros(256, dtype=torch.float64, device=\"cpu\")\n",
+        "import numpy as np\n\nweights = np.ones(10).astype(np.float64)\n",
+        "import torch\n\ndef summarize(losses):\n    return torch.stack(losses).double().mean().item()\n",
+    ]
+    invalid = [
+        Invalid(
+            "import torch\n\nmodel = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()).cuda().double()\n",
+            flagged="torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()).cuda().double()",
+        ),
+        Invalid(
+            "import torch\n\ndef make_batch(features, device):\n"
+            "    return torch.tensor(features, dtype=torch.float64, device=device)\n",
+            flagged="torch.tensor(features, dtype=torch.float64, device=device)",
+        ),
+        Invalid(
+            "import torch\n\ntorch.set_default_dtype(torch.float64)\nmodel = torch.nn.Linear(8, 8)\n",
+            flagged="torch.set_default_dtype(torch.float64)",
+        ),
+        Invalid(
+            "import torch\n\ndef train_step(model, x, y):\n    x = x.to(\"cuda\", torch.double)\n    return model(x) - y\n",
+            flagged="x.to(\"cuda\", torch.double)",
+        ),
+    ]
+
+    def check(self, ctx: ModuleContext) -> Iterator[Report]:
+        for call, frame in ctx.nodes(cst.Call):
+            message = self._message(ctx, call, frame)
+            if message is not None:
+                yield self.report(call, frame, message)
+
+    def _message(self, ctx: ModuleContext, call: cst.Call, frame: Frame) -> Optional[str]:
+        method = ctx.method_name(call)
+        if ctx.qualname(call.func) == "torch.set_default_dtype":
+            args = ctx.positional(call)
+            if args and ctx.qualname(args[0].value) in FLOAT64:
+                return (f"`{ctx.code(call)}` makes every floating-point tensor created afterwards float64, which "
+                        "GPUs process at a fraction of float32 speed and twice the memory traffic")
+            return None
+        if method == "double" and not call.args:
+            kind = ctx.kind(call.func.value, frame)
+            if kind in (NUMPY, PYTHON) or _on_host(ctx, call):
+                return None
+            what = "every parameter and buffer of the model" if kind == MODULE else "the tensor"
+            return (f"`{ctx.code(call)}` converts {what} to float64: GPUs run float64 math at a fraction of "
+                    "float32 speed, without Tensor Cores, and move twice the bytes")
+        dtype = ctx.keyword(call, "dtype")
+        if dtype is None and method in ("to", "type"):
+            target = target_dtype(ctx, call)
+            dtype = next((a for a in call.args if a.value is target), None)
+        if dtype is None or ctx.qualname(dtype.value) not in FLOAT64:
+            return None
+        if method in ("to", "type") and ctx.kind(call.func.value, frame) in (NUMPY, PYTHON):
+            return None
+        if _on_host(ctx, call):
+            return None
+        return (f"`{ctx.code(call)}` produces float64 data: GPUs run float64 math at a fraction of float32 "
+                "speed, without Tensor Cores, and move twice the bytes; use float32")
