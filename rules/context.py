@@ -11,7 +11,8 @@ import re
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, PositionProvider
+from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from perflsp.config import Settings
 from perflsp.rules.walk import Binding, ClassInfo, Frame, FunctionInfo, Walk, iter_children
@@ -594,11 +595,7 @@ class ModuleContext:
         index = self._statement_index(stmt)
         entry = self._positions.get(stmt)
         if entry is None:
-            # Positions of one top-level statement, computed on a module holding only it; libcst's
-            # PositionProvider over the whole file costs more than the parse itself.
-            mini = self.module.with_changes(body=[stmt], header=[], footer=[])
-            ranges = MetadataWrapper(mini, unsafe_skip_copy=True).resolve(PositionProvider)
-            entry = (self._rows()[index], ranges)  # type: ignore[assignment]
+            entry = (self._rows()[index], _statement_ranges(self.module, stmt))  # type: ignore[assignment]
             self._positions[stmt] = entry  # type: ignore[assignment]
         first_row, ranges = entry
         code_range = ranges[node]
@@ -621,6 +618,20 @@ class ModuleContext:
                 row += self.module.code_for_node(stmt).count("\n")
             self._stmt_rows = rows
         return self._stmt_rows
+
+
+def _statement_ranges(module: cst.Module, stmt: cst.CSTNode) -> Dict[cst.CSTNode, CodeRange]:
+    """Positions of every node of one top-level statement, rows counted from its first line.
+
+    libcst's MetadataWrapper over a whole file costs more than the parse: it runs a visitor that
+    rebuilds the tree before generating code. Only the code generation is needed, and only for
+    the statements that hold findings, so the provider's generator runs on the statement alone.
+    """
+    provider = PositionProvider()
+    state = PositionProvidingCodegenState(
+        default_indent=module.default_indent, default_newline=module.default_newline, provider=provider)
+    stmt._codegen(state)
+    return provider._computed
 
 
 def _is_autograd_function(function: FunctionInfo) -> bool:
