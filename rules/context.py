@@ -8,11 +8,14 @@ Rules ask questions; nothing here knows about any particular rule.
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
-from libcst.metadata import CodeRange, PositionProvider
-from libcst.metadata.position_provider import PositionProvidingCodegenState
+from libcst._add_slots import add_slots
+from libcst._nodes.internal import CodegenState
 
 from perflsp.config import Settings
 from perflsp.rules.walk import Binding, ClassInfo, Frame, FunctionInfo, Walk, iter_children
@@ -93,9 +96,9 @@ class ModuleContext:
         self._kind_memo: Dict[Tuple[int, int], Optional[str]] = {}
         self._in_progress: Set[Tuple[int, int]] = set()
         self._assigned: Dict[cst.CSTNode, Set[str]] = {}
-        self._stmt_rows: Optional[List[int]] = None
-        self._stmt_index: Dict[cst.CSTNode, int] = {}
-        self._positions: Dict[cst.CSTNode, Tuple[int, Dict[cst.CSTNode, CodeRange]]] = {}
+        self._spans: Dict[int, Tuple[Tuple[int, int], Tuple[int, int]]] = {}
+        self._text = ""
+        self._line_starts: List[int] = [0]
         self._hot_functions = self._find_hot_functions()
 
     # -- traversal helpers ------------------------------------------------------------------------
@@ -583,55 +586,97 @@ class ModuleContext:
 
     # -- positions ----------------------------------------------------------------------------------
 
+    def locate(self, nodes: Iterable[cst.CSTNode]) -> None:
+        """Compute the positions of `nodes` (and forget earlier ones) in one code-generation pass.
+
+        libcst's PositionProvider costs about as much as the parse (its code generation records a
+        position for every node, through a context manager per node); plain code generation that
+        notes the token index where each wanted node starts and ends costs a fifth of that, and it
+        runs only for files with findings.
+        """
+        by_id = {id(n): n for n in nodes}
+        # A decorated def starts, as libcst counts it, at `def`: its name's row, the decorator's column.
+        decorated = [n for n in by_id.values() if isinstance(n, (cst.FunctionDef, cst.ClassDef)) and n.decorators]
+        by_id.update((id(n.name), n.name) for n in decorated)
+        state = _SpanState(default_indent=self.module.default_indent,
+                           default_newline=self.module.default_newline,
+                           wanted=set(by_id))
+        self.module._codegen(state)
+        text = self._text = "".join(state.tokens)
+        token_ends = list(accumulate(len(t) for t in state.tokens))
+        line_starts = self._line_starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
+        self._spans = {}
+        for node_id, (first, last) in state.spans.items():
+            begin = token_ends[first - 1] if first else 0
+            end = token_ends[min(last, len(token_ends)) - 1] if last else 0
+            # Like libcst's PositionProvider: an expression's range leaves out its own parentheses.
+            lpar = getattr(by_id[node_id], "lpar", ())
+            begin, end = _trim(text, begin, end, len(lpar) if isinstance(lpar, (list, tuple)) else 0)
+            self._spans[node_id] = (_row_col(line_starts, begin), _row_col(line_starts, end))
+        for node in decorated:
+            (_, column), end = self._spans[id(node)]
+            self._spans[id(node)] = ((self._spans[id(node.name)][0][0], column), end)
+
     def range_of(self, node: cst.CSTNode) -> Tuple[Tuple[int, int], Tuple[int, int]]:
-        """((row, col), (row, col)) of `node`, rows 1-based, columns 0-based code points."""
-        stmt = node
-        parent = self.parent(stmt)
-        while parent is not None and parent is not self.module:
-            stmt = parent
-            parent = self.parent(stmt)
-        if parent is None:
-            raise KeyError("node is not part of this module")
-        index = self._statement_index(stmt)
-        entry = self._positions.get(stmt)
-        if entry is None:
-            entry = (self._rows()[index], _statement_ranges(self.module, stmt))  # type: ignore[assignment]
-            self._positions[stmt] = entry  # type: ignore[assignment]
-        first_row, ranges = entry
-        code_range = ranges[node]
-        offset = first_row - 1
-        return ((code_range.start.line + offset, code_range.start.column),
-                (code_range.end.line + offset, code_range.end.column))
+        """((row, col), (row, col)) of `node`: rows 1-based, columns 0-based code points, as libcst's
+        PositionProvider has them (without the blank lines, comments, whitespace and parentheses
+        the node owns around its code), except that a compound statement's end includes a trailing
+        comment on its last line. Call `locate` first with every node you need."""
+        found = self._spans.get(id(node))
+        if found is None:
+            self.locate([*self._located_nodes(), node])
+            found = self._spans[id(node)]
+        return found
 
-    def _statement_index(self, stmt: cst.CSTNode) -> int:
-        if not self._stmt_index:
-            self._stmt_index = {s: i for i, s in enumerate(self.module.body)}
-        return self._stmt_index[stmt]
+    def line_text(self, row: int) -> str:
+        """The text of a 1-based row, from the last `locate` pass."""
+        starts = self._line_starts
+        end = starts[row] if row < len(starts) else len(self._text)
+        return self._text[starts[row - 1]:end].rstrip("\r\n")
 
-    def _rows(self) -> List[int]:
-        """Row where each top-level statement's code (its leading blank lines included) begins."""
-        if self._stmt_rows is None:
-            row = 1 + len(self.module.header)
-            rows = []
-            for stmt in self.module.body:
-                rows.append(row)
-                row += self.module.code_for_node(stmt).count("\n")
-            self._stmt_rows = rows
-        return self._stmt_rows
+    def _located_nodes(self) -> List[cst.CSTNode]:
+        return [n for n in self.walk.parents if id(n) in self._spans]
 
 
-def _statement_ranges(module: cst.Module, stmt: cst.CSTNode) -> Dict[cst.CSTNode, CodeRange]:
-    """Positions of every node of one top-level statement, rows counted from its first line.
+@add_slots
+@dataclass(frozen=False)
+class _SpanState(CodegenState):
+    """Plain code generation that notes the token indexes where wanted nodes start and end."""
 
-    libcst's MetadataWrapper over a whole file costs more than the parse: it runs a visitor that
-    rebuilds the tree before generating code. Only the code generation is needed, and only for
-    the statements that hold findings, so the provider's generator runs on the statement alone.
-    """
-    provider = PositionProvider()
-    state = PositionProvidingCodegenState(
-        default_indent=module.default_indent, default_newline=module.default_newline, provider=provider)
-    stmt._codegen(state)
-    return provider._computed
+    wanted: Set[int] = field(default_factory=set)
+    spans: Dict[int, List[int]] = field(default_factory=dict)
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        if id(node) in self.wanted:
+            self.spans[id(node)] = [len(self.tokens), 0]
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        if id(node) in self.wanted:
+            self.spans[id(node)][1] = len(self.tokens)
+
+
+def _trim(text: str, begin: int, end: int, parens: int) -> Tuple[int, int]:
+    """Skip the whitespace, comment lines and `parens` parentheses a node owns around its code."""
+    for layer in range(parens + 1):
+        while begin < end:
+            ch = text[begin]
+            if ch in " \t\f\r\n\\":
+                begin += 1
+            elif ch == "#":
+                newline = text.find("\n", begin, end)
+                begin = end if newline < 0 else newline + 1
+            else:
+                break
+        while end > begin and text[end - 1] in " \t\f\r\n\\":
+            end -= 1
+        if layer < parens and text[begin:begin + 1] == "(" and text[end - 1:end] == ")":
+            begin, end = begin + 1, end - 1
+    return begin, end
+
+
+def _row_col(line_starts: List[int], offset: int) -> Tuple[int, int]:
+    row = bisect_right(line_starts, offset)
+    return row, offset - line_starts[row - 1]
 
 
 def _is_autograd_function(function: FunctionInfo) -> bool:
@@ -667,6 +712,7 @@ def _looks_like_loader(expr: cst.BaseExpression) -> bool:
     return name is not None and "loader" in name.lower()
 
 
+_NEWLINE = re.compile(r"\r\n?|\n")  # what libcst (and Python) count as a line break
 _MODEL_NAME = re.compile(r"(^|_)(model|module|encoder|decoder|criterion|loss_fn|head|layer|backbone|block)s?$|net$")
 
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 import ast
 import logging
 import re
-from typing import Callable, List, Optional
+from typing import Callable, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
 from perflsp.config import Settings
 from perflsp.findings import Edit, Finding, Fix, HotContext, Location, rule_url
 from perflsp.rules import suppress
-from perflsp.rules.context import ModuleContext, describe
+from perflsp.rules.context import HotReason, ModuleContext, describe
 from perflsp.rules.registry import enabled_rules
 from perflsp.rules.rule import Report, Rule
 
@@ -41,17 +41,33 @@ def check_source(source: str, path: str, settings: Settings,
     except RecursionError:
         return [syntax_error(path, 1, 0, "the file is nested too deeply for the parser")]
     ctx = ModuleContext(module, settings, path, line_label) if line_label else ModuleContext(module, settings, path)
-    findings: List[Finding] = []
+    reports: List[Tuple[Rule, Report, Optional[HotReason]]] = []
     for rule in enabled_rules(settings, path):
         try:
-            produced = [_finding(ctx, rule, report, path, settings) for report in rule.check(ctx)]
+            for report in rule.check(ctx):
+                reason = ctx.hot_reason(report.frame)
+                if reason is not None or rule.scope == "any" or settings.reports_cold(rule.code):
+                    reports.append((rule, report, reason))
         except Exception:  # a rule bug must cost one rule on one file, never the whole run
             log.exception("perflsp: rule %s failed on %s; its findings for this file are skipped", rule.code, path)
-            continue
-        findings.extend(f for f in produced if f is not None and not suppress.is_suppressed(
-            f.code, {f.start.row, f.end.row}, comments))
+            reports = [r for r in reports if r[0] is not rule]
+    if not reports:
+        return []
+    ctx.locate(_nodes_to_locate(reports))
+    findings = [_finding(ctx, rule, report, reason, path, settings) for rule, report, reason in reports]
+    findings = [f for f in findings if not suppress.is_suppressed(f.code, {f.start.row, f.end.row}, comments)]
     findings.sort(key=Finding.sort_key)
     return findings
+
+
+def _nodes_to_locate(reports) -> Iterator[cst.CSTNode]:
+    for _, report, reason in reports:
+        yield report.node
+        if report.fix is not None:
+            yield from (old for old, _ in report.fix.replacements)
+        while reason is not None:
+            yield reason.node
+            reason = reason.caller
 
 
 def syntax_error(path: str, row: int, column: int, message: str) -> Finding:
@@ -74,17 +90,14 @@ def _syntax_error(source: str, path: str, exc: cst.ParserSyntaxError) -> Finding
     return syntax_error(path, exc.raw_line, exc.raw_column, _POSITION_IN_MESSAGE.sub("", exc.message))
 
 
-def _finding(ctx: ModuleContext, rule: Rule, report: Report, path: str, settings: Settings) -> Optional[Finding]:
-    reason = ctx.hot_reason(report.frame)
-    if reason is None and rule.scope == "hot" and not settings.reports_cold(rule.code):
-        return None
+def _finding(ctx: ModuleContext, rule: Rule, report: Report, reason: Optional[HotReason], path: str,
+             settings: Settings) -> Finding:
     hot = None
     if reason is not None:
-        phrase = describe(ctx, reason)
         (r0, c0), (r1, c1) = ctx.range_of(reason.node)
-        if reason.kind == "loop" or reason.kind == "called":
-            r1, c1 = r0, c0 + len(ctx.module.code_for_node(reason.node).split("\n", 1)[0])
-        hot = HotContext(phrase, Location(r0, c0), Location(r1, c1))
+        if reason.kind in ("loop", "called"):
+            r1, c1 = r0, len(ctx.line_text(r0).rstrip())  # the loop's header line, not its body
+        hot = HotContext(describe(ctx, reason), Location(r0, c0), Location(r1, c1))
     message = report.message.replace("{where}", hot.message if hot else "outside hot code")
     (r0, c0), (r1, c1) = ctx.range_of(report.node)
     severity = settings.severity_of(rule.code) or ("warning" if hot or rule.scope == "any" else "info")

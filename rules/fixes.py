@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import re
 import tokenize
 from typing import Dict, List, Sequence, Tuple
 
@@ -14,6 +15,7 @@ from perflsp.rules.notebook import Program, check_cells, read_cells, write_cells
 from perflsp.rules.suppress import with_noqa
 
 MAX_ROUNDS = 10
+_NEWLINE = re.compile(r"\r\n?|\n")
 
 
 def applies(finding: Finding, unsafe: bool) -> bool:
@@ -22,12 +24,11 @@ def applies(finding: Finding, unsafe: bool) -> bool:
 
 def apply_edits(source: str, edits: Sequence[Edit]) -> str:
     """Apply non-overlapping edits (rows 1-based, columns in code points)."""
-    starts = [0]
-    for line in source.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
+    # Rows end where libcst and LSP end them (\n, \r\n, \r), not at every `str.splitlines` break.
+    starts = [0] + [m.end() for m in _NEWLINE.finditer(source)]
 
     def offset(row: int, column: int) -> int:
-        return starts[row - 1] + column if row - 1 < len(starts) else len(source)
+        return min(starts[row - 1] + column, len(source)) if row - 1 < len(starts) else len(source)
 
     out, cursor = [], 0
     for edit in sorted(edits, key=lambda e: (e.start, e.end)):
