@@ -1,0 +1,236 @@
+"""Editing latency of `perflsp serve`: from `didChange` to the diagnostics of that version.
+
+Over a real client connection (pygls' JSON-RPC client on the server's stdio, with Neovim 0.7's
+recorded capabilities, so diagnostics are pushed), for files of ~500, ~2,000 and ~10,000 lines made
+by repeating `examples/*.py`. Each edit inserts a comment line at a random statement boundary and
+waits for the diagnostics of its version before the next one (so no edits are merged by the
+debounce). Reported beside the floor, a bare `libcst.parse_module` of the same text in this process,
+and the engine alone (`check_text`). Also: the first diagnostics of a small file, from the server's
+`initialize` answer (then `initialized` + `didOpen`) and from the process start. Clock: `time.perf_counter`,
+wall time; medians of the timed runs, warm-up runs not reported.
+
+    python bench/lsp_latency.py [--sizes 500 2000 10000] [--edits 30 20 10] [--debounce-ms 150] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import platform
+import random
+import statistics
+import sys
+import time
+import tokenize
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from lsprotocol import types as T
+from pygls.lsp.client import LanguageClient
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+SERVER = [sys.executable, "-m", "perflsp", "serve", "--stdio"]
+
+
+def make_source(lines: int) -> str:
+    """The examples repeated until `lines` lines (definitions repeat, which Python allows)."""
+    parts = [p.read_text(encoding="utf-8") for p in sorted(EXAMPLES.glob("*.py"))]
+    if not parts:
+        raise SystemExit(f"no examples in {EXAMPLES}")
+    out: List[str] = []
+    count = 0
+    while count < lines:
+        for part in parts:
+            out.append(part if part.endswith("\n") else part + "\n")
+            count += part.count("\n") + 1
+            if count >= lines:
+                break
+    return "".join(out)
+
+
+def statement_starts(source: str) -> List[int]:
+    """0-based lines where a statement begins: a comment line inserted there keeps the file valid."""
+    rows = {0}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.NEWLINE:
+            rows.add(token.end[0])  # the next line (0-based) starts a new logical line
+    total = source.count("\n")
+    return sorted(r for r in rows if r < total)
+
+
+def percentile(values: List[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def capabilities() -> T.ClientCapabilities:
+    try:
+        from pytest_lsp import client_capabilities
+
+        return client_capabilities("neovim@v0.7.0")
+    except Exception:  # pytest-lsp is a dev dependency; plain push capabilities do as well
+        return T.ClientCapabilities(text_document=T.TextDocumentClientCapabilities(
+            publish_diagnostics=T.PublishDiagnosticsClientCapabilities(related_information=True)))
+
+
+class Client:
+    """A pygls client that timestamps every publishDiagnostics by (uri, version)."""
+
+    def __init__(self) -> None:
+        self.lsp = LanguageClient("perflsp-bench", "1")
+        self.arrived: Dict[Tuple[str, Optional[int]], float] = {}
+        self.event = asyncio.Event()
+
+        @self.lsp.feature(T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+        def published(params: T.PublishDiagnosticsParams) -> None:
+            self.arrived.setdefault((params.uri, params.version), time.perf_counter())
+            self.event.set()
+
+        @self.lsp.feature(T.WINDOW_LOG_MESSAGE)
+        def logged(params: T.LogMessageParams) -> None:
+            pass
+
+    async def start(self, root: Path, settings: dict) -> float:
+        """Spawn and initialize (as editors do: `initialize` right after the spawn); the
+        perf_counter at which the server answered `initialize`."""
+        await self.lsp.start_io(*SERVER)
+        await self.lsp.initialize_async(T.InitializeParams(
+            capabilities=capabilities(), root_uri=root.as_uri(), process_id=None,
+            workspace_folders=[T.WorkspaceFolder(uri=root.as_uri(), name=root.name)],
+            initialization_options={"settings": settings}))
+        answered = time.perf_counter()
+        self.lsp.initialized(T.InitializedParams())
+        return answered
+
+    async def wait(self, uri: str, version: int, timeout: float = 600) -> float:
+        deadline = time.perf_counter() + timeout
+        while (uri, version) not in self.arrived:
+            self.event.clear()
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                raise TimeoutError(f"no diagnostics for {uri} version {version}")
+            try:
+                await asyncio.wait_for(self.event.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+        return self.arrived[(uri, version)]
+
+    async def stop(self) -> None:
+        await self.lsp.shutdown_async(None)
+        self.lsp.exit(None)
+        await self.lsp.stop()
+
+
+async def first_diagnostics(root: Path, runs: int) -> Tuple[List[float], List[float]]:
+    """(from the `initialize` answer + `didOpen`, from the process start) to the first diagnostics
+    of a small file, seconds."""
+    small = (EXAMPLES / "train_loop.py").read_text(encoding="utf-8")
+    path = root / "small.py"
+    path.write_text(small, encoding="utf-8")
+    from_init, from_spawn = [], []
+    for _ in range(runs + 1):  # the first run warms the OS file cache and is not reported
+        client = Client()
+        spawned = time.perf_counter()
+        answered = await client.start(root, {})
+        client.lsp.text_document_did_open(T.DidOpenTextDocumentParams(T.TextDocumentItem(
+            uri=path.as_uri(), language_id="python", version=1, text=small)))
+        arrived = await client.wait(path.as_uri(), 1)
+        from_init.append(arrived - answered)
+        from_spawn.append(arrived - spawned)
+        await client.stop()
+    return from_init[1:], from_spawn[1:]
+
+
+async def edit_latency(root: Path, lines: int, edits: int, debounce_ms: int, seed: int) -> Dict[str, float]:
+    import libcst
+
+    from perflsp.config import Settings
+    from perflsp.rules.runner import check_text
+
+    source = make_source(lines)
+    path = root / f"generated_{lines}.py"
+    path.write_text(source, encoding="utf-8")
+    parse_s = statistics.median(_timed(lambda: libcst.parse_module(source)) for _ in range(3))
+    check_s = statistics.median(_timed(lambda: check_text(source, str(path), Settings())) for _ in range(2))
+
+    client = Client()
+    await client.start(root, {"debounceMs": debounce_ms})
+    uri = path.as_uri()
+    client.lsp.text_document_did_open(T.DidOpenTextDocumentParams(T.TextDocumentItem(
+        uri=uri, language_id="python", version=1, text=source)))
+    await client.wait(uri, 1)
+    rng = random.Random(seed)
+    text = source
+    latencies = []
+    for version in range(2, edits + 3):  # the first edit is a warm-up and not reported
+        row = rng.choice(statement_starts(text))
+        comment = f"# edit {version}\n"
+        lines_now = text.split("\n")
+        text = "\n".join(lines_now[:row] + [comment.rstrip("\n")] + lines_now[row:])
+        sent = time.perf_counter()
+        client.lsp.text_document_did_change(T.DidChangeTextDocumentParams(
+            T.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            [T.TextDocumentContentChangePartial(range=T.Range(T.Position(row, 0), T.Position(row, 0)), text=comment)]))
+        arrived = await client.wait(uri, version)
+        latencies.append(arrived - sent)
+    await client.stop()
+    latencies = latencies[1:]
+    return {"lines": source.count("\n"), "edits": len(latencies), "parse_s": parse_s, "check_s": check_s,
+            "median_s": statistics.median(latencies), "p95_s": percentile(latencies, 0.95),
+            "target_s": 1.5 * parse_s + debounce_ms / 1000}
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+async def main_async(args: argparse.Namespace) -> dict:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="perflsp-bench-") as tmp:
+        root = Path(tmp)
+        (root / "pyproject.toml").write_text("[tool.perflsp]\n")  # no config of this repository applies
+        from_init, from_spawn = await first_diagnostics(root, args.first_runs)
+        sizes = []
+        for lines, edits in zip(args.sizes, args.edits):
+            sizes.append(await edit_latency(root, lines, edits, args.debounce_ms, args.seed))
+            print(f"  {lines} lines done", file=sys.stderr)
+    return {"python": platform.python_version(), "machine": platform.machine(), "debounce_ms": args.debounce_ms,
+            "first_diagnostics_from_initialize_s": statistics.median(from_init),
+            "first_diagnostics_from_spawn_s": statistics.median(from_spawn), "sizes": sizes}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[500, 2000, 10000])
+    parser.add_argument("--edits", type=int, nargs="+", default=[30, 20, 10], help="timed edits per size")
+    parser.add_argument("--debounce-ms", type=int, default=150, help="the server's debounce (default: its default)")
+    parser.add_argument("--first-runs", type=int, default=5, help="server starts timed for the first diagnostics")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    if len(args.edits) != len(args.sizes):
+        parser.error("--edits needs one count per size")
+    result = asyncio.run(main_async(args))
+    print(f"perflsp serve latency (Python {result['python']}, debounce {result['debounce_ms']} ms, "
+          f"medians; wall clock)\n")
+    print(f"first diagnostics of a small file: {result['first_diagnostics_from_initialize_s']:.2f} s after the "
+          f"`initialize` answer and `didOpen`, {result['first_diagnostics_from_spawn_s']:.2f} s after the process "
+          f"started\n")
+    print("| lines | edits | bare parse | engine check | didChange→diagnostics median | p95 | target (1.5×parse + debounce) |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for s in result["sizes"]:
+        print(f"| {s['lines']} | {s['edits']} | {s['parse_s'] * 1000:.0f} ms | {s['check_s'] * 1000:.0f} ms | "
+              f"{s['median_s'] * 1000:.0f} ms | {s['p95_s'] * 1000:.0f} ms | {s['target_s'] * 1000:.0f} ms |")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

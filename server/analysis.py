@@ -1,0 +1,213 @@
+"""One analysis of one document or notebook, run in a worker thread.
+
+Everything here is plain computation on a snapshot taken on the event loop: resolve the settings,
+call the engine (`check_text` / `check_cells`), keep the last good findings of a part that no
+longer parses, and convert the findings to LSP diagnostics. Nothing here touches the connection.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from lsprotocol import types as T
+
+from perflsp.findings import Edit, Finding, Fix, Location
+from perflsp.server import convert
+from perflsp.server.settings import EditorSettings, Resolved, resolve
+
+log = logging.getLogger("perflsp.server")
+
+# The engine's code for "does not parse" (`perflsp.rules.engine.SYNTAX_ERROR`), repeated here so
+# that importing the server does not import libcst before the first analysis needs it.
+SYNTAX_ERROR = "PFL000"
+
+
+@dataclass
+class Part:
+    """A text the client shows diagnostics on: a whole file, or one cell of a notebook."""
+
+    uri: str
+    text: str
+    version: Optional[int]
+
+    def __post_init__(self) -> None:
+        self.lines = convert.split_lines(self.text)
+
+
+@dataclass
+class Snapshot:
+    key: str  # the document's or the notebook's uri
+    path: Path  # where the settings are looked up, and the name shown in messages
+    generation: int
+    parts: List[Part]
+    cells: Optional[List[Optional[int]]] = None  # notebooks: per cell, its index in `parts` (None: not Python)
+    reason: str = "change"  # "open" | "change" | "save" | "config" | "request"
+
+
+@dataclass
+class PartResult:
+    part: Part
+    findings: List[Finding]
+    diagnostics: List[T.Diagnostic]
+    parsed: bool  # False when the part has a syntax error (its findings are carried over)
+    result_id: str = ""
+
+    @property
+    def lines(self) -> List[str]:
+        return self.part.lines
+
+
+@dataclass
+class Result:
+    key: str
+    generation: int
+    parts: Dict[str, PartResult]
+    resolved: Optional[Resolved] = None
+    skipped: Optional[str] = None  # why nothing was analysed (excluded, too large, ...)
+    elapsed_s: float = 0.0
+    snapshot: Optional[Snapshot] = None  # what was analysed (fix-all re-runs the engine on it)
+    degraded: bool = False  # some part did not parse: findings were carried over, not a new baseline
+
+    def part(self, uri: str) -> Optional[PartResult]:
+        return self.parts.get(uri)
+
+
+Good = Dict[str, Tuple[str, List[Finding]]]  # per part uri: text and findings of the last version that parsed
+
+
+def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: Good) -> Result:
+    """Findings and diagnostics for a snapshot (worker thread)."""
+    from perflsp.rules.runner import MAX_FILE_BYTES
+
+    started = time.perf_counter()
+    resolved = resolve(snap.path, editor)
+    settings = resolved.settings
+    empty = {p.uri: PartResult(p, [], [], True) for p in snap.parts}
+    size = sum(len(p.text) for p in snap.parts)
+    if size * 4 > MAX_FILE_BYTES and sum(len(p.text.encode("utf-8", "surrogatepass")) for p in snap.parts) > MAX_FILE_BYTES:
+        return _finish(Result(snap.key, snap.generation, empty, resolved,
+                              skipped=f"over perflsp's {MAX_FILE_BYTES // 2**20} MiB limit per file"), started, snap)
+    if settings.is_excluded(str(snap.path)):
+        return _finish(Result(snap.key, snap.generation, empty, resolved,
+                              skipped="excluded by the `exclude` setting"), started, snap)
+
+    by_part: Dict[str, List[Finding]] = {p.uri: [] for p in snap.parts}
+    if snap.cells is None:
+        from perflsp.rules.runner import check_text
+
+        part = snap.parts[0]
+        by_part[part.uri] = check_text(part.text, str(snap.path), settings)
+    else:
+        from perflsp.rules.notebook import check_cells
+
+        sources = [snap.parts[i].text if i is not None else None for i in snap.cells]
+        for finding in check_cells(sources, str(snap.path), settings):
+            index = snap.cells[finding.cell - 1] if finding.cell else None
+            if index is not None:
+                by_part[snap.parts[index].uri].append(finding)
+
+    def hot_target(cell: Optional[int]) -> Optional[Tuple[str, Sequence[str]]]:
+        if snap.cells is None:
+            return snap.parts[0].uri, snap.parts[0].lines
+        index = snap.cells[cell - 1] if cell and cell <= len(snap.cells) else None
+        return (snap.parts[index].uri, snap.parts[index].lines) if index is not None else None
+
+    # A notebook cell that does not parse is left out of the program, which can make code in the
+    # other cells look cold (the loop that called it is gone). While any part is broken, every
+    # part keeps its last good findings on unchanged lines, beside what the engine says now.
+    degraded = any(f.code == SYNTAX_ERROR for found in by_part.values() for f in found)
+    parts: Dict[str, PartResult] = {}
+    for part in snap.parts:
+        findings = by_part[part.uri]
+        syntax = [f for f in findings if f.code == SYNTAX_ERROR]
+        current = [f for f in findings if f.code != SYNTAX_ERROR]
+        carried: List[Finding] = []
+        if degraded and part.uri in good:
+            old_text, old_findings = good[part.uri]
+            seen = {(f.code, f.start, f.end) for f in current}
+            carried = [f for f in carry_over(old_text, old_findings, part.text) if (f.code, f.start, f.end) not in seen]
+            if syntax:
+                current = []  # a part that does not parse has no findings of its own
+        kept = current + carried
+        diagnostics = [convert.diagnostic(f, part.lines, enc, hot_target) for f in kept]
+        for f in syntax:
+            # A half-typed line must not make the other warnings flicker away, nor shout: one
+            # hint says why the file was not analysed again, the carried findings stay.
+            d = convert.diagnostic(f, part.lines, enc, None, severity="hint")
+            d.message = (f"{f.message} (perflsp analyses the file again once it parses"
+                         + ("; until then the other findings are from the last version that parsed)" if carried else ")"))
+            diagnostics.append(d)
+        parts[part.uri] = PartResult(part, kept + syntax, diagnostics, not syntax, result_id(diagnostics))
+    result = Result(snap.key, snap.generation, parts, resolved)
+    result.degraded = degraded
+    return _finish(result, started, snap)
+
+
+def _finish(result: Result, started: float, snap: Snapshot) -> Result:
+    result.snapshot = snap
+    result.elapsed_s = time.perf_counter() - started
+    for part in result.parts.values():
+        if not part.result_id:
+            part.result_id = result_id(part.diagnostics)
+    return result
+
+
+def result_id(diagnostics: Sequence[T.Diagnostic]) -> str:
+    """Equal diagnostics give equal ids, so a pull can answer "unchanged"."""
+    return hashlib.sha1(repr(list(diagnostics)).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+# --- keeping the last good findings while a line is half typed ---------------------------------------
+
+def carry_over(old_text: str, old_findings: Sequence[Finding], new_text: str) -> List[Finding]:
+    """The findings of `old_text` that lie on lines left unchanged in `new_text`, moved to their new rows.
+
+    A finding (with its hot context and fix) is kept only when every row it touches is in a block
+    of lines equal in both texts; findings on edited lines are dropped, since their code changed.
+    """
+    old_lines = convert.split_lines(old_text)
+    new_lines = convert.split_lines(new_text)
+    shift: Dict[int, int] = {}  # old row -> new row (1-based) for unchanged lines
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            shift[block.a + k + 1] = block.b + k + 1
+    out: List[Finding] = []
+    for finding in old_findings:
+        if finding.code == SYNTAX_ERROR:
+            continue
+        moved = _move(finding.start, finding.end, shift)
+        if moved is None:
+            continue
+        hot = finding.hot
+        if hot is not None and hot.cell is None:
+            hot_moved = _move(hot.start, hot.end, shift)
+            hot = replace(hot, start=hot_moved[0], end=hot_moved[1]) if hot_moved else None
+        fix = finding.fix
+        if fix is not None:
+            edits = []
+            for edit in fix.edits:
+                edit_moved = _move(edit.start, edit.end, shift)
+                if edit_moved is None:
+                    edits = []
+                    break
+                edits.append(Edit(edit_moved[0], edit_moved[1], edit.content))
+            fix = Fix(fix.applicability, fix.message, tuple(edits)) if edits else None
+        out.append(replace(finding, start=moved[0], end=moved[1], hot=hot, fix=fix))
+    return out
+
+
+def _move(start: Location, end: Location, shift: Dict[int, int]) -> Optional[Tuple[Location, Location]]:
+    rows = range(start.row, end.row + 1)
+    if not all(r in shift for r in rows):
+        return None
+    # Unchanged lines that stay consecutive: a block boundary inside the range would mean lines
+    # were inserted or removed in the middle of the flagged code.
+    if any(shift[r + 1] != shift[r] + 1 for r in range(start.row, end.row)):
+        return None
+    return Location(shift[start.row], start.column), Location(shift[end.row], end.column)
