@@ -1,0 +1,250 @@
+"""The profile result: schema version, fixed vocabularies, file location and atomic writing.
+
+The runtime (`python -m perflsp.runtime profile ...`) writes one JSON document per profiled
+function to `<workspace>/.perflsp/profiles/<module>.<qualname>.json`; the language server and
+scripts read it. This module is the contract between them, so it stays in the core and uses the
+standard library only: the server must be able to read results without importing torch.
+
+The full shape is the JSON Schema beside this file (`profile_result.schema.json`, documented in
+`docs/profile-result.md`). `check()` is a small stdlib-only structural check for places that have
+no `jsonschema` installed (the GPU machines); tests validate against the real schema.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+SCHEMA_VERSION = 1
+SCHEMA_FILE = Path(__file__).with_name("profile_result.schema.json")
+
+# `verdict.regime` is keyed on by the editor and by scripts: these strings never change meaning.
+REGIMES = ("compute-bound", "memory-bound", "overhead-bound", "sync-bound", "transfer-bound")
+
+# `error.kind` values and the exit code each one maps to.
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_TARGET_RAISED = 3
+EXIT_TIMEOUT = 4
+EXIT_OUT_OF_MEMORY = 5
+EXIT_TARGET_NOT_FOUND = 6
+
+ERROR_EXIT_CODES: Dict[str, int] = {
+    "usage": EXIT_USAGE,  # no inputs for the target, an unusable --run command, ...
+    "exception": EXIT_TARGET_RAISED,  # the target (or its setup, or its module) raised
+    "crash": EXIT_TARGET_RAISED,  # the profiling process died without a result (signal)
+    "timeout": EXIT_TIMEOUT,
+    "out-of-memory": EXIT_OUT_OF_MEMORY,
+    "target-not-found": EXIT_TARGET_NOT_FOUND,  # no such file, module or qualname
+    "not-called": EXIT_TARGET_NOT_FOUND,  # --run: the program never called the target
+}
+ERROR_KINDS = tuple(ERROR_EXIT_CODES)
+
+RESULTS_DIR = Path(".perflsp") / "profiles"
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
+class ResultError(Exception):
+    """A result file that cannot be used: unreadable, not JSON, or another schema version."""
+
+
+def exit_code_for(error_kind: str) -> int:
+    return ERROR_EXIT_CODES.get(error_kind, EXIT_TARGET_RAISED)
+
+
+def results_dir(workspace: os.PathLike | str) -> Path:
+    return Path(workspace) / RESULTS_DIR
+
+
+def result_filename(module: str, qualname: str) -> str:
+    """`<module>.<qualname>.json`, with anything that is not safe in a file name replaced by `_`."""
+    return _UNSAFE_NAME_CHARS.sub("_", f"{module}.{qualname}") + ".json"
+
+
+def result_path(workspace: os.PathLike | str, module: str, qualname: str) -> Path:
+    return results_dir(workspace) / result_filename(module, qualname)
+
+
+def write_json_atomic(path: os.PathLike | str, data: Any) -> Path:
+    """Write `data` as JSON to `path` so that readers see the old file or the whole new one.
+
+    The text is serialised before any file is touched (a value that cannot be encoded leaves
+    nothing behind), written to a temporary file in the same folder, flushed to disk and moved
+    over `path` with `os.replace`, which is atomic on POSIX and Windows. On any failure the
+    temporary file is removed.
+    """
+    target = Path(path)
+    text = json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
+    try:
+        _chmod_like_new_file(fd)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, target)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except OSError:
+            pass
+        raise
+    return target
+
+
+def _chmod_like_new_file(fd: int) -> None:
+    """mkstemp makes 0600 files; give the result the mode `open()` would (0666 less umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        os.fchmod(fd, 0o666 & ~umask)
+    except (AttributeError, OSError):  # no fchmod on Windows
+        pass
+
+
+def read_result(path: os.PathLike | str) -> Dict[str, Any]:
+    """Load a result file, refusing other schema versions (a reader must not guess)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise ResultError(f"{path}: cannot read profile result: {exc}") from None
+    if not isinstance(data, dict):
+        raise ResultError(f"{path}: a profile result must be a JSON object")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ResultError(f"{path}: schema_version {version!r}; this perflsp reads version {SCHEMA_VERSION}")
+    return data
+
+
+def load_schema() -> Dict[str, Any]:
+    with SCHEMA_FILE.open(encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+# --- staleness ---------------------------------------------------------------------------------
+
+def find_definition(tree: ast.Module, qualname: str) -> Optional[ast.AST]:
+    """The `def`/`class` node for a dotted qualname such as `Model.forward`, or None.
+
+    Looks through module and class bodies, including the bodies of `if`/`try` blocks at those
+    levels (conditional definitions), but not inside functions (`<locals>` are not targets).
+    """
+    scope: List[ast.stmt] = list(tree.body)
+    node: Optional[ast.AST] = None
+    for part in qualname.split("."):
+        node = None
+        for candidate in _walk_scope(scope):
+            if isinstance(candidate, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and candidate.name == part:
+                node = candidate  # a later definition rebinds the name, as at run time
+        if node is None:
+            return None
+        scope = list(node.body) if isinstance(node, ast.ClassDef) else []
+    return node
+
+
+def _walk_scope(body: List[ast.stmt]):
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, ast.If):
+            yield from _walk_scope(stmt.body)
+            yield from _walk_scope(stmt.orelse)
+        elif isinstance(stmt, ast.Try):
+            yield from _walk_scope(stmt.body)
+            for handler in stmt.handlers:
+                yield from _walk_scope(handler.body)
+            yield from _walk_scope(stmt.orelse)
+            yield from _walk_scope(stmt.finalbody)
+
+
+def function_source_sha256(source_text: str, qualname: str) -> Tuple[Optional[str], Optional[int]]:
+    """(sha256 of the definition's text, its `def` line), or (None, None) if not found.
+
+    The text runs from the first decorator to the last line of the body, with line endings
+    normalised, so the editor can compute the same digest from its buffer and tell whether a
+    result is stale without re-running anything. Edits elsewhere in the file do not stale it.
+    """
+    try:
+        tree = ast.parse(source_text)
+    except SyntaxError:
+        return None, None
+    node = find_definition(tree, qualname)
+    if node is None:
+        return None, None
+    lines = source_text.splitlines()
+    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    last = getattr(node, "end_lineno", None) or node.lineno
+    segment = "\n".join(line.rstrip() for line in lines[first - 1:last])
+    return hashlib.sha256(segment.encode("utf-8")).hexdigest(), node.lineno
+
+
+def is_stale(result: Mapping[str, Any], source_text: str) -> bool:
+    """True when the profiled function's text differs from `source_text`'s version of it."""
+    target = result.get("target") or {}
+    recorded = target.get("source_sha256")
+    if not recorded:
+        return True
+    current, _ = function_source_sha256(source_text, target.get("qualname", ""))
+    return current != recorded
+
+
+# --- structural check (stdlib only) ------------------------------------------------------------
+
+_TOP_LEVEL = ("schema_version", "tool", "created_at", "status", "target", "settings", "device",
+              "ceilings", "timing", "totals", "verdict", "lines", "syncs", "kernels", "top_ops",
+              "environment", "error")
+_OK_BLOCKS = ("device", "ceilings", "timing", "totals", "verdict", "kernels", "environment")
+
+
+def check(result: Mapping[str, Any]) -> List[str]:
+    """Problems with `result`'s shape (empty when fine). A subset of the JSON Schema's rules:
+    what a reader relies on. Used where `jsonschema` is not installed."""
+    problems: List[str] = []
+    for key in _TOP_LEVEL:
+        if key not in result:
+            problems.append(f"missing `{key}`")
+    if problems:
+        return problems
+    if result["schema_version"] != SCHEMA_VERSION:
+        problems.append(f"schema_version is {result['schema_version']!r}, expected {SCHEMA_VERSION}")
+    status = result["status"]
+    if status not in ("ok", "error"):
+        problems.append(f"status is {status!r}")
+    target = result["target"] or {}
+    for key in ("spec", "module", "qualname"):
+        if not isinstance(target.get(key), str):
+            problems.append(f"target.{key} must be a string")
+    if status == "ok":
+        for key in _OK_BLOCKS:
+            if not isinstance(result.get(key), dict):
+                problems.append(f"status ok but `{key}` is not an object")
+        if result["error"] is not None:
+            problems.append("status ok but `error` is set")
+        verdict = result.get("verdict") or {}
+        if verdict.get("regime") not in REGIMES:
+            problems.append(f"verdict.regime is {verdict.get('regime')!r}; expected one of {', '.join(REGIMES)}")
+        timing = result.get("timing") or {}
+        for key in ("median_us", "p10_us", "p90_us"):
+            if not isinstance(timing.get(key), (int, float)) or timing.get(key) < 0:
+                problems.append(f"timing.{key} must be a non-negative number")
+        for i, line in enumerate(result.get("lines") or []):
+            if not isinstance(line.get("line"), int):
+                problems.append(f"lines[{i}].line must be an integer")
+            if line.get("regime") not in REGIMES:
+                problems.append(f"lines[{i}].regime is {line.get('regime')!r}")
+    elif status == "error":
+        error = result["error"]
+        if not isinstance(error, dict):
+            problems.append("status error but `error` is not an object")
+        else:
+            if error.get("kind") not in ERROR_KINDS:
+                problems.append(f"error.kind is {error.get('kind')!r}")
+            if not isinstance(error.get("message"), str) or not error.get("message"):
+                problems.append("error.message must be a non-empty string")
+    return problems

@@ -1,0 +1,408 @@
+"""From measurements to the result document (schema version 1). No torch in here.
+
+Joins the timed pass (how long a call takes), the clean profiled pass (where device and host
+time goes), and the attribution pass (FLOPs, bytes, syncs and time per source line), then asks
+`roofline` for the verdicts.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import inspect
+import linecache
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import perflsp
+from perflsp.profile_result import SCHEMA_VERSION, function_source_sha256
+from perflsp.runtime import roofline
+from perflsp.runtime.counting import OpRecord
+from perflsp.runtime.peaks import ceiling_for
+from perflsp.runtime.profiling import Attribution, CleanProfile, RangeTiming, SHORT_KERNEL_US, median_or_none
+from perflsp.runtime.timing import percentile
+
+SYNC_LABELS = {
+    "item": "host read of a device value (.item(), float(), bool(), if tensor:)",
+    "device-to-host": "blocking device-to-host copy (.cpu(), .to('cpu'), .numpy())",
+    "data-dependent-shape": "op whose output size depends on device data (nonzero, boolean-mask indexing, unique)",
+    "synchronize": "explicit torch.cuda.synchronize()",
+}
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_result(target: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Any]:
+    """A result with every block present and empty; callers fill what they measured."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "perflsp", "version": perflsp.__version__},
+        "created_at": now_iso(),
+        "status": "ok",
+        "target": target,
+        "settings": settings,
+        "device": None,
+        "ceilings": None,
+        "timing": None,
+        "totals": None,
+        "verdict": None,
+        "lines": [],
+        "syncs": [],
+        "kernels": None,
+        "top_ops": [],
+        "environment": None,
+        "error": None,
+    }
+
+
+def error_block(kind: str, message: str, phase: Optional[str] = None, exception_type: Optional[str] = None,
+                traceback: Optional[str] = None, defined: Optional[List[str]] = None) -> Dict[str, Any]:
+    return {"kind": kind, "message": message, "phase": phase, "exception_type": exception_type,
+            "traceback": traceback, "defined": defined}
+
+
+def with_error(result: Dict[str, Any], error: Dict[str, Any]) -> Dict[str, Any]:
+    result["status"] = "error"
+    result["error"] = error
+    result["verdict"] = None
+    return result
+
+
+def target_block(spec: str, module: str, qualname: str, source_file: Optional[Path],
+                 code_qualname: Optional[str] = None) -> Dict[str, Any]:
+    """The result's `target`: where the function is and digests to tell when it changed."""
+    block: Dict[str, Any] = {"spec": spec, "file": str(source_file) if source_file else None, "module": module,
+                             "qualname": qualname, "def_line": None, "source_sha256": None, "file_sha256": None}
+    if source_file is None:
+        return block
+    try:
+        text = source_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return block
+    block["file_sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    block["source_sha256"], block["def_line"] = function_source_sha256(text, code_qualname or qualname)
+    return block
+
+
+def code_qualname_of(fn: Any) -> Optional[str]:
+    """The function's own qualname in its file (differs from the target's for re-exports)."""
+    inner = inspect.unwrap(getattr(fn, "__func__", fn))
+    name = getattr(inner, "__qualname__", None)
+    return name if name and "<locals>" not in name else None
+
+
+def settings_block(*, inputs: Optional[str], setup: Optional[str], run_command: Optional[str], stop_program: bool,
+                   timing: Any, timeout_s: Optional[float], device: str) -> Dict[str, Any]:
+    return {
+        "inputs": inputs,
+        "setup": setup,
+        "run_command": run_command,
+        "stop_program": stop_program,
+        "warmup": timing.warmup,
+        "iters": timing.iters,
+        "min_time_s": timing.min_time_s,
+        "timeout_s": timeout_s,
+        "device": device,
+    }
+
+
+@dataclass
+class LineStats:
+    line: int
+    cpu_us: float = 0.0
+    device_us: float = 0.0
+    blocked_us: float = 0.0
+    flops: float = 0.0
+    bytes: float = 0.0
+    ops: int = 0
+    op_times_us: List[float] = field(default_factory=list)
+    op_names: Counter = field(default_factory=Counter)
+    transfer_us: float = 0.0  # copies between host and device, and CPU ops in a GPU function
+    has_transfer: bool = False
+
+
+@dataclass
+class Inputs:
+    """What `build_result` joins."""
+
+    target: Dict[str, Any]
+    settings: Dict[str, Any]
+    device: Dict[str, Any]
+    peaks: Dict[str, Any]
+    peaks_source: str
+    datasheet: Optional[Dict[str, Any]]
+    timing: Dict[str, Any]
+    clean: CleanProfile
+    attribution: Attribution
+    environment: Dict[str, Any]
+    source_file: Optional[str]
+    tf32_enabled: bool = False
+    notes: List[str] = field(default_factory=list)
+    top_lines: int = 10
+    program: Optional[Dict[str, Any]] = None
+
+
+def _dominant_dtype(records: List[OpRecord]) -> Optional[str]:
+    """The dtype doing the matmul work if there is any, else the one moving the most bytes."""
+    matmul: Counter = Counter()
+    moved: Counter = Counter()
+    for r in records:
+        if r.dtype is None:
+            continue
+        if r.flop_kind == "matmul":
+            matmul[r.dtype] += r.flops
+        moved[r.dtype] += r.bytes
+    for table in (matmul, moved):
+        if table and max(table.values()) > 0:
+            return table.most_common(1)[0][0]
+    return None
+
+
+def _is_cpu_fallback(record: OpRecord, device: str) -> bool:
+    return device == "cuda" and record.device == "cpu" and not record.transfer
+
+
+def _line_stats(records: List[OpRecord], timings: Dict[int, RangeTiming], device: str) -> Dict[int, LineStats]:
+    stats: Dict[int, LineStats] = {}
+    for r in records:
+        if r.line is None:
+            continue
+        s = stats.setdefault(r.line, LineStats(r.line))
+        t = timings.get(r.index, RangeTiming())
+        s.cpu_us += t.cpu_us
+        s.device_us += t.device_us
+        s.blocked_us += t.blocked_us
+        s.flops += r.flops
+        s.bytes += r.bytes
+        s.ops += 1
+        s.op_times_us.append(t.device_us if device == "cuda" else t.cpu_us)
+        s.op_names[r.name] += 1
+        if r.transfer or _is_cpu_fallback(r, device):
+            s.has_transfer = True
+            s.transfer_us += t.device_us if r.transfer else t.cpu_us
+    return stats
+
+
+def _code(file: Optional[str], line: Optional[int]) -> str:
+    if not file or not line:
+        return ""
+    return linecache.getline(file, line).strip()
+
+
+def _site_label(file: Optional[str], line: Optional[int]) -> str:
+    code = _code(file, line)
+    if len(code) > 48:
+        code = code[:45] + "..."
+    return f"line {line} (`{code}`)" if code else f"line {line}"
+
+
+def _syncs(records: List[OpRecord], timings: Dict[int, RangeTiming], device: str, host_blocked_us: float,
+           source_file: Optional[str], call_us: float) -> List[Dict[str, Any]]:
+    """Sync sites, with the clean pass's blocked time shared out by where the attribution pass
+    saw the waits (the instrumented host is slower, so its own waits are shorter)."""
+    groups: Dict[tuple, Dict[str, Any]] = {}
+    attributed_total = 0.0
+    for r in records:
+        if r.sync_kind is None:
+            continue
+        key = (r.line, r.sync_kind, r.name)
+        g = groups.setdefault(key, {"count": 0, "attributed_us": 0.0})
+        g["count"] += 1
+        blocked = timings.get(r.index, RangeTiming()).blocked_us
+        g["attributed_us"] += blocked
+        attributed_total += blocked
+    total_count = sum(g["count"] for g in groups.values())
+    out = []
+    for (line, kind, op), g in groups.items():
+        if device != "cuda":
+            blocked = 0.0
+        elif attributed_total > 0:
+            blocked = host_blocked_us * g["attributed_us"] / attributed_total
+        else:
+            blocked = host_blocked_us * g["count"] / total_count if total_count else 0.0
+        out.append({
+            "file": source_file if line else None,
+            "line": line,
+            "code": _code(source_file, line),
+            "kind": kind,
+            "op": op,
+            "count": float(g["count"]),
+            "blocked_us": blocked,
+            "share": min(1.0, blocked / call_us) if call_us > 0 else 0.0,
+            "blocking": device == "cuda",
+        })
+    out.sort(key=lambda s: (-s["blocked_us"], s["line"] or 0))
+    return out
+
+
+def _calibrated(timings: Dict[int, RangeTiming], clean: CleanProfile, median_us: float) -> Dict[int, RangeTiming]:
+    """Host times from the attribution pass, in the units of a real (timed) call.
+
+    Under the dispatch mode every op runs 2-3x slower on the host (cache and branch-predictor
+    pollution from the Python in between): scale to the clean pass's total op time. The clean
+    pass itself runs under the profiler (~1-3 µs per op): scale its share of the call onto the
+    timed median. Proportions between lines are kept. Device times are left alone: kernels do
+    not slow down because the host does.
+    """
+    attributed = sum(t.cpu_us for t in timings.values())
+    if attributed <= 0 or clean.op_time_us <= 0:
+        return timings
+    scale = min(1.0, clean.op_time_us / attributed)
+    if clean.wall_us > 0:
+        scale *= min(1.0, median_us / clean.wall_us)
+    return {i: RangeTiming(t.cpu_us * scale, t.device_us, t.blocked_us) for i, t in timings.items()}
+
+
+NOISY_SPREAD = 2.0  # p90 / p10 above this: the calls did not take the same time
+
+
+def _timing_notes(timing: Dict[str, Any]) -> List[str]:
+    if timing["calls"] >= 5 and timing["p10_us"] > 0 and timing["p90_us"] / timing["p10_us"] > NOISY_SPREAD:
+        return [f"the timed calls vary a lot (p90 = {timing['p90_us'] / timing['p10_us']:.1f} x p10): something else "
+                "competed for the machine, or the function's work varies between calls; figures from a busy "
+                "machine are unreliable"]
+    return []
+
+
+def build_result(inp: Inputs) -> Dict[str, Any]:
+    device = inp.device["kind"]
+    records = inp.attribution.records
+    clean = inp.clean
+    median_us = inp.timing["median_us"]
+    timings = _calibrated(inp.attribution.timings, clean, median_us)
+
+    # Work on the measured device; CPU-side ops of a GPU function are judged separately.
+    work = [r for r in records if r.device == device or r.transfer]
+    flops = float(sum(r.flops for r in work))
+    bytes_read = float(sum(r.bytes_read for r in work))
+    bytes_written = float(sum(r.bytes_written for r in work))
+    by_kind: Dict[str, float] = defaultdict(float)
+    for r in work:
+        if r.flop_kind:
+            by_kind[r.flop_kind] += r.flops
+    dtype = _dominant_dtype(work)
+
+    ceiling_key, peak_flops, ceiling_notes = ceiling_for(inp.peaks, dtype, inp.tf32_enabled)
+    ceilings = roofline.Ceilings(inp.peaks["bandwidth_bytes_per_s"], peak_flops, ceiling_key)
+
+    stats = _line_stats(records, timings, device)
+    # Shares: of the timed call for host times (calibrated onto it above); of the profiled call
+    # for device times and waits, which come from that pass unscaled.
+    call_us = clean.wall_us if device == "cuda" and clean.wall_us > 0 else median_us
+    syncs = _syncs(records, timings, device, clean.host_blocked_us, inp.source_file, call_us)
+    sync_sites = [roofline.Site(_site_label(s["file"], s["line"]), s["blocked_us"]) for s in syncs if s["blocking"]]
+    transfer_sites = [roofline.Site(_site_label(inp.source_file, s.line), s.transfer_us) for s in stats.values() if s.has_transfer]
+    cpu_fallback_us = sum(timings.get(r.index, RangeTiming()).cpu_us for r in records if _is_cpu_fallback(r, device))
+
+    figures = roofline.CallFigures(
+        device=device,
+        median_us=median_us,
+        flops=flops,
+        bytes=bytes_read + bytes_written,
+        wall_us=clean.wall_us,
+        overhead_fraction=clean.overhead_fraction,
+        busy_fraction=clean.busy_fraction,
+        kernels_per_call=clean.kernels_per_call,
+        median_kernel_us=median_or_none(clean.kernel_durations_us),
+        ops_per_call=clean.ops_per_call,
+        median_op_us=median_or_none(clean.op_durations_us),
+        host_blocked_us=clean.host_blocked_us,
+        transfer_us=clean.transfer_us,
+        cpu_fallback_us=cpu_fallback_us,
+        sync_sites=sync_sites,
+        transfer_sites=transfer_sites,
+        tf32_enabled=inp.tf32_enabled,
+        dominant_dtype=dtype,
+    )
+    verdict, got = roofline.classify(figures, ceilings)
+    verdict.notes = list(inp.notes) + ceiling_notes + verdict.notes + _timing_notes(inp.timing)
+
+    lines = []
+    for s in stats.values():
+        time_us = s.device_us if device == "cuda" else s.cpu_us
+        lines.append({
+            "file": inp.source_file or "",
+            "line": s.line,
+            "code": _code(inp.source_file, s.line),
+            "time_us": time_us,
+            "device_time_us": s.device_us,
+            "cpu_time_us": s.cpu_us,
+            "blocked_us": s.blocked_us,
+            "share": min(1.0, max(time_us, s.blocked_us) / call_us) if call_us > 0 else 0.0,
+            "ops": s.ops,
+            "flops": s.flops,
+            "bytes": s.bytes,
+            "intensity_flop_per_byte": roofline.intensity(s.flops, s.bytes),
+            "regime": roofline.classify_line(device, s.flops, s.bytes, s.op_times_us, s.blocked_us, time_us,
+                                             s.has_transfer, ceilings),
+            "top_ops": [name for name, _ in s.op_names.most_common(3)],
+        })
+    lines.sort(key=lambda l: -max(l["time_us"], l["blocked_us"]))
+
+    kernel_times = sorted(clean.kernel_durations_us if device == "cuda" else clean.op_durations_us)
+    short_limit = SHORT_KERNEL_US if device == "cuda" else 20.0
+    result = new_result(inp.target, inp.settings)
+    result.update({
+        "device": inp.device,
+        "ceilings": {
+            "source": inp.peaks_source,
+            "measured_at": inp.peaks["measured_at"],
+            "bandwidth_bytes_per_s": inp.peaks["bandwidth_bytes_per_s"],
+            "compute_flops_per_s": dict(inp.peaks["compute_flops_per_s"]),
+            "dtype": ceiling_key,
+            "peak_flops_per_s": peak_flops,
+            "ridge_flop_per_byte": ceilings.ridge_flop_per_byte,
+            "datasheet": inp.datasheet,
+        },
+        "timing": inp.timing,
+        "totals": {
+            "flops": flops,
+            "flops_by_kind": dict(by_kind),
+            "bytes": bytes_read + bytes_written,
+            "bytes_read": bytes_read,
+            "bytes_written": bytes_written,
+            "ops": len(records),
+            "intensity_flop_per_byte": got.intensity_flop_per_byte,
+            "dominant_dtype": dtype,
+            "attained_flops_per_s": got.attained_flops_per_s,
+            "attained_bytes_per_s": got.attained_bytes_per_s,
+            "flops_fraction": got.flops_fraction,
+            "bandwidth_fraction": got.bandwidth_fraction,
+            "roofline_efficiency": got.roofline_efficiency,
+            "bytes_method": roofline.BYTES_METHOD,
+        },
+        "verdict": {
+            "regime": verdict.regime,
+            "summary": verdict.summary,
+            "reasons": verdict.reasons,
+            "levers": verdict.levers,
+            "notes": verdict.notes,
+        },
+        "lines": lines[: inp.top_lines],
+        "syncs": syncs,
+        "kernels": {
+            "device": device,
+            "profiled_calls": clean.calls,
+            "per_call": clean.kernels_per_call if device == "cuda" else clean.ops_per_call,
+            "median_us": percentile(kernel_times, 0.5) if kernel_times else None,
+            "p90_us": percentile(kernel_times, 0.9) if kernel_times else None,
+            "short_fraction": (sum(1 for t in kernel_times if t < short_limit) / len(kernel_times)) if kernel_times else None,
+            "busy_fraction": clean.busy_fraction,
+            "idle_us": max(0.0, clean.wall_us - clean.busy_us),
+            "gaps": {"count": clean.gaps_count, "total_us": clean.gaps_total_us, "largest_us": clean.gaps_largest_us},
+            "ops_per_call": clean.ops_per_call,
+            "median_op_us": median_or_none(clean.op_durations_us),
+            "overhead_fraction": clean.overhead_fraction,
+            "host_blocked_us": clean.host_blocked_us,
+            "transfer_us": clean.transfer_us,
+            "top": clean.top_kernels,
+        },
+        "top_ops": clean.top_ops,
+        "environment": inp.environment,
+    })
+    if inp.program is not None:
+        result["program"] = inp.program
+    return result

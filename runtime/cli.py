@@ -1,0 +1,245 @@
+"""`perflsp profile` and `perflsp peaks` (also `python -m perflsp.runtime profile|peaks`).
+
+This process only parses arguments, supervises the profiling process, publishes the result
+atomically and prints; it never imports torch. Exit codes: 0 ok, 2 usage error, 3 the target
+raised (or the profiling process crashed), 4 timeout, 5 out of memory, 6 target not found.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from perflsp.profile_result import (EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, exit_code_for, result_path,
+                                    write_json_atomic)
+
+DEFAULT_PEAKS_TIMEOUT_S = 300.0
+# Error kinds that describe an attempt to run the target: worth a result file the editor shows.
+PUBLISHED_ERRORS = {"exception", "crash", "timeout", "out-of-memory", "not-called"}
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _count(minimum: int):
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text}")
+        return value
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="perflsp", description="Profile PyTorch functions against the roofline.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    profile = commands.add_parser("profile", help="measure a function and say which ceiling binds it",
+                                  description="Measure a function on the real device (CPU without CUDA): timing, "
+                                              "FLOPs, bytes, syncs and kernels per source line, and a roofline verdict.")
+    profile.add_argument("target", help="path/to/file.py:func, file.py:Class.method or pkg.mod:func")
+    inputs = profile.add_argument_group("inputs (first found wins: --setup, the @perflsp.profile marker, --run)")
+    inputs.add_argument("--setup", metavar="SPEC", help="function returning the call's arguments (file.py:fn or mod:fn)")
+    inputs.add_argument("--run", metavar="CMD", help="run this program and measure its real calls of the target "
+                                                      "(default: [tool.perflsp] profile-command)")
+    inputs.add_argument("--no-stop", action="store_true", help="let the program run on after the measurement")
+    measure = profile.add_argument_group("measurement")
+    measure.add_argument("--warmup", type=_count(0), metavar="N",
+                         help="minimum warm-up calls (default: the marker's, else 3; more run until stable)")
+    measure.add_argument("--iters", type=_count(1), metavar="N",
+                         help="timed calls (default: the marker's, else enough for --min-time, at least 10)")
+    measure.add_argument("--min-time", type=_positive_float, default=1.0, metavar="S",
+                         help="time the function for about this long (default 1 s)")
+    measure.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                         help="auto: CUDA if there is one and the function's tensors are on it, else CPU")
+    measure.add_argument("--timeout", type=_positive_float, metavar="S",
+                         help="kill the run after this long (default: [tool.perflsp] profile-timeout, 300 s)")
+    measure.add_argument("--refresh-peaks", action="store_true", help="re-measure the device ceilings first")
+    output = profile.add_argument_group("output")
+    output.add_argument("--json", metavar="PATH", help="also write the result here ('-': print it instead of the table)")
+    output.add_argument("--plot", metavar="PATH", help="roofline plot: .png/.svg/.pdf (matplotlib) or .html (self-contained)")
+    output.add_argument("--top", type=_count(1), default=10, metavar="N",
+                        help="source lines to keep in the result (default 10)")
+    output.add_argument("--workspace", metavar="DIR", help="where .perflsp/ lives (default: the config file's folder)")
+    output.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto",
+                        help="progress on stderr (auto: a bar on a terminal)")
+
+    peaks = commands.add_parser("peaks", help="measure (and cache) the device's bandwidth and matmul ceilings")
+    peaks.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                       help="auto: CUDA if there is one, else CPU")
+    peaks.add_argument("--budget", type=_positive_float, default=3.0, metavar="S",
+                       help="seconds of measuring (default 3)")
+    peaks.add_argument("--cached", action="store_true", help="show the cached ceilings without measuring")
+    peaks.add_argument("--json", metavar="PATH", help="also write the ceilings here ('-': print them instead)")
+    peaks.add_argument("--timeout", type=_positive_float, default=DEFAULT_PEAKS_TIMEOUT_S, metavar="S")
+    peaks.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["_worker"]:  # the profiling process (see supervisor.py); not for users
+        from perflsp.runtime import worker
+
+        return worker.main(argv[1])
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2)
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        if args.command == "profile":
+            return profile_command(args)
+        return peaks_command(args)
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+
+
+def _error(message: str) -> int:
+    print(f"perflsp: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def profile_command(args: argparse.Namespace) -> int:
+    from perflsp.config import ConfigError, settings_for
+    from perflsp.runtime import analysis, program, report, supervisor
+    from perflsp.runtime.targets import SpecSyntaxError, TargetError, check_exists, parse_target
+    from perflsp.runtime.timing import TimingOptions
+
+    cwd = Path.cwd()
+    try:
+        target = parse_target(args.target, cwd)
+    except SpecSyntaxError as exc:
+        return _error(str(exc))
+    try:
+        settings = settings_for(target.file if target.file is not None else cwd)
+    except ConfigError as exc:
+        return _error(str(exc))
+    workspace = Path(args.workspace).resolve() if args.workspace else Path(settings.root or cwd)
+    run_command = args.run if args.run is not None else settings.profile_command
+    timeout_s = args.timeout or settings.profile_timeout
+    timing = TimingOptions(min_time_s=args.min_time)
+    if args.warmup is not None:
+        timing.warmup = args.warmup
+    if args.iters is not None:
+        timing.iters = args.iters
+    base = analysis.new_result(
+        analysis.target_block(target.spec, target.module, target.qualname, target.file),
+        analysis.settings_block(inputs=None, setup=args.setup, run_command=run_command, stop_program=not args.no_stop,
+                                timing=timing, timeout_s=timeout_s, device=args.device))
+
+    try:  # a missing file or name, or an unusable --run, needs no child process: answer at once
+        check_exists(target)
+        if args.run is not None:
+            program.parse_command(args.run)
+    except TargetError as exc:
+        result = analysis.with_error(base, analysis.error_block("target-not-found", str(exc), phase="import",
+                                                                defined=exc.defined))
+        return _finish(args, result, workspace)
+    except program.UsageError as exc:
+        return _finish(args, analysis.with_error(base, analysis.error_block("usage", str(exc), phase="start")), workspace)
+
+    progress = report.Progress(args.progress)
+    job = {
+        "command": "profile", "target": args.target, "cwd": str(cwd), "setup": args.setup, "run": run_command,
+        "stop_program": not args.no_stop, "warmup": args.warmup, "iters": args.iters, "min_time_s": args.min_time,
+        "timeout_s": timeout_s, "device": args.device, "refresh_peaks": args.refresh_peaks, "top_lines": args.top,
+    }
+    try:
+        outcome = supervisor.run_job(job, timeout_s, on_message=progress, stop_after_result=not args.no_stop)
+    finally:
+        progress.finish()
+    result = outcome.payload if outcome.payload is not None else _failed_run(base, outcome, timeout_s, target)
+    if result["status"] == "ok" and outcome.notes:
+        result["verdict"]["notes"].extend(outcome.notes)
+    return _finish(args, result, workspace)
+
+
+def _failed_run(base: Dict[str, Any], outcome: Any, timeout_s: float, target: Any) -> Dict[str, Any]:
+    """The result when the profiling process left none: it hung, or it died."""
+    from perflsp.runtime import analysis, supervisor
+
+    progress = ""
+    if outcome.progress and outcome.progress.get("done") is not None:
+        total = outcome.progress.get("total")
+        progress = f" ({outcome.progress['done']}/{total} calls)" if total else f" ({outcome.progress['done']} calls)"
+    if outcome.timed_out:
+        where = supervisor.hang_location(outcome.stack_dump, str(target.file) if target.file else None)
+        message = (f"timed out after {timeout_s:g} s during {outcome.phase}{progress}; the profiling process and "
+                   f"everything it started were killed" + (f"; it was at {where}" if where else ""))
+        error = analysis.error_block("timeout", message, phase=outcome.phase,
+                                     traceback=outcome.stack_dump.strip() or None)
+    elif outcome.signal_number == signal.SIGKILL:
+        error = analysis.error_block("out-of-memory", f"the profiling process was killed (SIGKILL) during "
+                                     f"{outcome.phase}{progress}, most likely by the system's out-of-memory killer",
+                                     phase=outcome.phase)
+    elif outcome.signal_number:
+        name = signal.Signals(outcome.signal_number).name if outcome.signal_number in signal.Signals._value2member_map_ else str(outcome.signal_number)
+        error = analysis.error_block("crash", f"the profiling process died with {name} during {outcome.phase}{progress}",
+                                     phase=outcome.phase)
+    else:
+        error = analysis.error_block("crash", f"the profiling process exited with status {outcome.exit_code} during "
+                                     f"{outcome.phase} without a result (its output is above)", phase=outcome.phase)
+    return analysis.with_error(base, error)
+
+
+def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -> int:
+    from perflsp.runtime import report
+
+    error = result.get("error")
+    code = EXIT_OK if result["status"] == "ok" else exit_code_for(error["kind"])
+    written: Optional[Path] = None
+    if result["status"] == "ok" or error["kind"] in PUBLISHED_ERRORS:
+        written = write_json_atomic(result_path(workspace, result["target"]["module"], result["target"]["qualname"]), result)
+    if args.json and args.json != "-":
+        write_json_atomic(args.json, result)
+    if args.json == "-":
+        print(json.dumps(result, indent=2))
+    else:
+        sys.stdout.write(report.render_result(result, str(written) if written else None))
+    if args.plot:
+        if result["status"] != "ok":
+            print("perflsp: no plot: the profile failed", file=sys.stderr)
+        else:
+            from perflsp.runtime import plot
+
+            plot.write(result, args.plot)
+            if args.json != "-":
+                print(f"{'plot':<10} {args.plot}")
+    sys.stdout.flush()
+    return code
+
+
+def peaks_command(args: argparse.Namespace) -> int:
+    from perflsp.runtime import report, supervisor
+
+    progress = report.Progress(args.progress)
+    job = {"command": "peaks", "device": args.device, "budget_s": args.budget, "cached_only": args.cached,
+           "cwd": str(Path.cwd())}
+    try:
+        outcome = supervisor.run_job(job, args.timeout, on_message=progress)
+    finally:
+        progress.finish()
+    if outcome.timed_out:
+        print(f"perflsp: peaks timed out after {args.timeout:g} s during {outcome.phase}", file=sys.stderr)
+        return EXIT_TIMEOUT
+    payload = outcome.payload
+    if payload is None:
+        print(f"perflsp: the measuring process exited with status {outcome.exit_code} without a result", file=sys.stderr)
+        return outcome.exit_code or 3
+    if "error" in payload:
+        return _error(payload["error"])
+    if args.json and args.json != "-":
+        write_json_atomic(args.json, payload["peaks"])
+    if args.json == "-":
+        print(json.dumps(payload["peaks"], indent=2))
+    else:
+        sys.stdout.write(report.render_peaks(payload))
+    return EXIT_OK

@@ -1,0 +1,265 @@
+"""The verdict: which ceiling a function (or a line) is under, because of what, and the lever.
+
+Pure arithmetic on measured figures (no torch), in this order of precedence:
+
+1. sync-bound (GPU): the host is blocked in synchronisations for >= 20% of the call and the
+   device sits idle for >= 20% of it. A big GEMM followed by one `.item()` blocks the host for
+   most of the call too, but the device is busy throughout: that stays compute-bound.
+2. transfer-bound (GPU): host<->device copies plus ops on CPU tensors take >= 20% of the call
+   (and more of it than the blocked time, when both apply).
+3. overhead-bound: GPU busy < 50% of the call (launch overhead, Python between kernels); on CPU,
+   >= 50% of the call spent outside ops of at least 20 µs (dispatcher, Python, tiny ops).
+4. otherwise the roofline (Williams et al. 2009): arithmetic intensity (FLOP/byte) below the
+   ridge point peak_flops / peak_bandwidth is memory-bound, above it compute-bound; the
+   attained fraction is measured against the ceiling that binds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+from perflsp.runtime import units
+
+SYNC_BLOCKED_SHARE = 0.20
+SYNC_IDLE_SHARE = 0.20
+TRANSFER_SHARE = 0.20
+OVERHEAD_SHARE = 0.50
+OVER_CEILING = 1.10  # attained above this fraction of a ceiling means a counting error
+GPU_LOW_EFFICIENCY = 0.10  # far below the roofline on a GPU: latency-bound / under-occupied
+SHORT_OP_US = {"cuda": 10.0, "cpu": 20.0}
+
+BYTES_METHOD = ("estimate: distinct storage bytes each op reads and writes (views 0, broadcast "
+                "dims once); no cache reuse, fused kernels over-counted, GEMM tiling re-reads not "
+                "counted; only hardware counters (Nsight Compute dram__bytes) measure real traffic")
+
+LEVERS = {
+    ("sync-bound", "cuda"): [
+        "keep values on the device: accumulate losses and metrics in tensors, read them once every N steps",
+        "replace .item()/.cpu()/`if tensor:` inside the loop with tensor ops",
+        "copy to pinned host memory with non_blocking=True instead of blocking copies",
+        "remove explicit torch.cuda.synchronize() calls from the hot path",
+    ],
+    ("transfer-bound", "cuda"): [
+        "create tensors on the device (device=...) instead of copying them there each call",
+        "move the CPU ops onto the device",
+        "pin host memory and copy with non_blocking=True so copies overlap compute",
+    ],
+    ("overhead-bound", "cuda"): [
+        "torch.compile to fuse the small kernels",
+        "CUDA graphs (torch.compile(mode='reduce-overhead')) to remove per-kernel launch cost",
+        "batch the small ops: one op over a stacked tensor instead of a loop",
+    ],
+    ("overhead-bound", "cpu"): [
+        "vectorise: one op over a batch instead of a Python loop of small ops",
+        "torch.compile to fuse the small ops",
+        "move Python work out of the hot path",
+    ],
+    ("memory-bound", "cuda"): [
+        "fuse elementwise ops (torch.compile) so intermediates never go to memory",
+        "use a lower-precision dtype (bfloat16) to move fewer bytes",
+        "avoid copies in the hot path: .contiguous(), .to(), .clone(), dtype conversions",
+    ],
+    ("memory-bound", "cpu"): [
+        "fuse elementwise ops (torch.compile) so intermediates stay in cache",
+        "avoid copies in the hot path: .contiguous(), .to(), .clone(), dtype conversions",
+        "write into preallocated outputs (out=) to avoid page faults on fresh buffers",
+    ],
+    ("compute-bound", "cuda"): [
+        "use tensor cores: bfloat16/float16 (torch.autocast)",
+        "shapes that are multiples of 8/16 so tensor-core tiles are full",
+    ],
+    ("compute-bound", "cpu"): [
+        "the arithmetic dominates: do less of it (smaller/fewer matmuls) or use more threads (torch.set_num_threads)",
+        "lower precision only where the CPU has native support (AMX / AVX512-BF16)",
+    ],
+}
+TF32_LEVER = "enable TF32 for float32 matmuls: torch.set_float32_matmul_precision('high')"
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    bandwidth_bytes_per_s: float
+    peak_flops_per_s: float
+    dtype_key: str  # which compute ceiling: float32, tf32, bfloat16, ...
+
+    @property
+    def ridge_flop_per_byte(self) -> float:
+        return self.peak_flops_per_s / self.bandwidth_bytes_per_s
+
+
+@dataclass
+class Site:
+    """A place to name in a reason: "`.item()` at line 42"."""
+
+    label: str
+    us: float
+
+
+@dataclass
+class CallFigures:
+    """Everything the function-level verdict needs, per call."""
+
+    device: str  # "cuda" | "cpu"
+    median_us: float  # timed pass
+    flops: float
+    bytes: float
+    wall_us: float  # clean profiled pass: call start until its device work is done
+    overhead_fraction: float
+    busy_fraction: float
+    kernels_per_call: float
+    median_kernel_us: Optional[float]
+    ops_per_call: float
+    median_op_us: Optional[float]
+    host_blocked_us: float = 0.0
+    transfer_us: float = 0.0  # host<->device memcpy time
+    cpu_fallback_us: float = 0.0  # host time of ops on CPU tensors in a GPU function
+    sync_sites: List[Site] = field(default_factory=list)
+    transfer_sites: List[Site] = field(default_factory=list)
+    tf32_enabled: bool = False
+    dominant_dtype: Optional[str] = None
+
+
+@dataclass
+class Attained:
+    intensity_flop_per_byte: Optional[float]
+    attained_flops_per_s: float
+    attained_bytes_per_s: float
+    flops_fraction: Optional[float]
+    bandwidth_fraction: Optional[float]
+    roofline_efficiency: Optional[float]  # achieved FLOP/s over min(peak, bandwidth x AI)
+
+
+@dataclass
+class Verdict:
+    regime: str
+    summary: str
+    reasons: List[str]
+    levers: List[str]
+    notes: List[str]
+
+
+def intensity(flops: float, bytes_: float) -> Optional[float]:
+    if bytes_ > 0:
+        return flops / bytes_
+    return None
+
+
+def attained(flops: float, bytes_: float, seconds: float, ceilings: Ceilings) -> Attained:
+    ai = intensity(flops, bytes_)
+    flop_rate = flops / seconds if seconds > 0 else 0.0
+    byte_rate = bytes_ / seconds if seconds > 0 else 0.0
+    efficiency = None
+    if ai is not None and flops > 0:
+        attainable = min(ceilings.peak_flops_per_s, ceilings.bandwidth_bytes_per_s * ai)
+        efficiency = flop_rate / attainable
+    elif bytes_ > 0:
+        efficiency = byte_rate / ceilings.bandwidth_bytes_per_s  # AI 0: only the bandwidth roof applies
+    return Attained(
+        intensity_flop_per_byte=ai,
+        attained_flops_per_s=flop_rate,
+        attained_bytes_per_s=byte_rate,
+        flops_fraction=flop_rate / ceilings.peak_flops_per_s if flops > 0 else None,
+        bandwidth_fraction=byte_rate / ceilings.bandwidth_bytes_per_s if bytes_ > 0 else None,
+        roofline_efficiency=efficiency,
+    )
+
+
+def roofline_regime(flops: float, bytes_: float, ceilings: Ceilings) -> str:
+    ai = intensity(flops, bytes_)
+    if ai is None:
+        return "compute-bound" if flops > 0 else "memory-bound"
+    return "memory-bound" if ai < ceilings.ridge_flop_per_byte else "compute-bound"
+
+
+def _share(part: float, whole: float) -> float:
+    return part / whole if whole > 0 else 0.0
+
+
+def _sites(sites: List[Site], whole_us: float, limit: int = 3) -> str:
+    ranked = sorted(sites, key=lambda s: -s.us)[:limit]
+    return "; ".join(f"{s.label}: {units.percent(_share(s.us, whole_us))} of the call" for s in ranked)
+
+
+def classify(fig: CallFigures, ceilings: Ceilings) -> Tuple[Verdict, Attained]:
+    got = attained(fig.flops, fig.bytes, fig.median_us / 1e6, ceilings)
+    levers_key_device = "cuda" if fig.device == "cuda" else "cpu"
+    reasons: List[str] = []
+    notes: List[str] = []
+    blocked = _share(fig.host_blocked_us, fig.wall_us)
+    idle = fig.overhead_fraction if fig.device == "cuda" else 0.0
+    transfer = _share(fig.transfer_us + fig.cpu_fallback_us, fig.wall_us)
+
+    syncing = fig.device == "cuda" and blocked >= SYNC_BLOCKED_SHARE and idle >= SYNC_IDLE_SHARE
+    transferring = fig.device == "cuda" and transfer >= TRANSFER_SHARE
+    # A big `.cpu()` blocks the host too; when copies and CPU ops outweigh the waiting, the
+    # lever is to avoid the transfer, not the sync.
+    if syncing and (not transferring or blocked > transfer):
+        regime = "sync-bound"
+        summary = (f"sync-bound: the host waits for the device {units.percent(blocked)} of the call "
+                   f"while the device is idle {units.percent(idle)}")
+        if fig.sync_sites:
+            reasons.append(_sites(fig.sync_sites, fig.wall_us))
+        reasons.append(f"{units.duration_us(fig.host_blocked_us)} blocked per call of {units.duration_us(fig.wall_us)}")
+    elif transferring:
+        regime = "transfer-bound"
+        summary = (f"transfer-bound: host-device copies and ops on CPU tensors take "
+                   f"{units.percent(transfer)} of the call")
+        if fig.transfer_sites:
+            reasons.append(_sites(fig.transfer_sites, fig.wall_us))
+        reasons.append(f"copies {units.duration_us(fig.transfer_us)}, CPU ops {units.duration_us(fig.cpu_fallback_us)} per call")
+    elif fig.overhead_fraction >= OVERHEAD_SHARE or (fig.flops == 0 and fig.bytes == 0):
+        regime = "overhead-bound"
+        if fig.device == "cuda":
+            summary = (f"overhead-bound: the GPU is busy {units.percent(fig.busy_fraction)} of the call; "
+                       f"{fig.kernels_per_call:.0f} kernels per call, median {units.duration_us(fig.median_kernel_us)}")
+            reasons.append("the device waits for the host to launch work: launch overhead and Python between kernels")
+        else:
+            summary = (f"overhead-bound: {units.percent(fig.overhead_fraction)} of the call is outside tensor ops "
+                       f"of >= 20 µs; {fig.ops_per_call:.0f} ops per call, median {units.duration_us(fig.median_op_us)}")
+            reasons.append("dispatcher and Python overhead per op outweigh the work each op does")
+        if fig.flops == 0 and fig.bytes == 0:
+            reasons.append("no tensor work was counted in the call")
+    else:
+        regime = roofline_regime(fig.flops, fig.bytes, ceilings)
+        ai, ridge = got.intensity_flop_per_byte, ceilings.ridge_flop_per_byte
+        ai_text = f"AI {units.intensity(ai)}" if ai is not None else "AI unbounded (no bytes counted)"
+        if regime == "memory-bound":
+            summary = (f"memory-bound: {units.byte_rate(got.attained_bytes_per_s)} = "
+                       f"{units.percent(got.bandwidth_fraction)} of the measured "
+                       f"{units.byte_rate(ceilings.bandwidth_bytes_per_s)}; {ai_text}, ridge {units.intensity(ridge)} "
+                       f"({ceilings.dtype_key})")
+        else:
+            summary = (f"compute-bound: {units.flop_rate(got.attained_flops_per_s)} = "
+                       f"{units.percent(got.flops_fraction)} of the measured "
+                       f"{units.flop_rate(ceilings.peak_flops_per_s)} {ceilings.dtype_key}; {ai_text}, "
+                       f"ridge {units.intensity(ridge)}")
+        reasons.append(f"{units.flops(fig.flops)} and {units.byte_count(fig.bytes)} per call in "
+                       f"{units.duration_us(fig.median_us)}")
+        fraction = got.bandwidth_fraction if regime == "memory-bound" else got.flops_fraction
+        if fraction is not None and fraction > OVER_CEILING:
+            notes.append(f"attained {units.percent(fraction)} of the measured ceiling: the FLOP/byte count "
+                         "over-estimates (cache reuse, fused kernels) or the ceiling was measured under load; "
+                         "re-measure with `perflsp peaks`")
+        if fig.device == "cuda" and got.roofline_efficiency is not None and got.roofline_efficiency < GPU_LOW_EFFICIENCY:
+            notes.append(f"{units.percent(got.roofline_efficiency)} of the roofline: latency-bound or "
+                         "under-occupied (too little parallel work per kernel)")
+
+    levers = list(LEVERS[(regime, levers_key_device)])
+    if regime == "compute-bound" and fig.device == "cuda" and fig.dominant_dtype == "float32" and not fig.tf32_enabled:
+        levers.insert(0, TF32_LEVER)
+    return Verdict(regime, summary, reasons, levers, notes), got
+
+
+def classify_line(device: str, flops: float, bytes_: float, op_times_us: List[float],
+                  blocked_us: float, time_us: float, transfer: bool, ceilings: Ceilings) -> str:
+    """The regime of one source line, from its own ops. A line is overhead-bound when most of
+    its time is in short ops (a view next to a big matmul does not make it so)."""
+    if device == "cuda" and blocked_us > 0 and blocked_us >= time_us:
+        return "sync-bound"
+    if device == "cuda" and transfer:
+        return "transfer-bound"
+    short = SHORT_OP_US.get(device, 20.0)
+    total = sum(op_times_us)
+    if total > 0 and sum(t for t in op_times_us if t < short) >= OVERHEAD_SHARE * total:
+        return "overhead-bound"
+    return roofline_regime(flops, bytes_, ceilings)

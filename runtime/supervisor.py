@@ -1,0 +1,181 @@
+"""Runs a job in a child process under a watchdog.
+
+The child (`python -m perflsp.runtime _worker JOB`) starts a new session, so it and everything
+it spawns (DataLoader workers, subprocesses) form one process group. On timeout the group gets
+SIGUSR1 first (the child dumps every thread's Python stack: where it hung), then SIGKILL, which
+no code can ignore or outlast, even code stuck inside a C extension. The supervisor imports no
+torch: it stays responsive whatever the child does.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from perflsp.runtime.channel import Tail, ensure_file
+
+POLL_S = 0.05
+STACK_DUMP_WAIT_S = 1.0
+STOP_GRACE_S = 5.0  # after a complete result, how long a stopped program may take to exit
+
+
+@dataclass
+class Outcome:
+    exit_code: Optional[int]  # the child's, None when killed by us
+    payload: Optional[Dict[str, Any]]  # what the child wrote as its result
+    timed_out: bool = False
+    signal_number: Optional[int] = None
+    phase: str = "start"
+    progress: Optional[Dict[str, Any]] = None
+    stack_dump: str = ""
+    elapsed_s: float = 0.0
+    notes: List[str] = field(default_factory=list)
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_job(job: Dict[str, Any], timeout_s: float, on_message: Callable[[Dict[str, Any]], None] = lambda m: None,
+            stdout: Any = None, stop_after_result: bool = True) -> Outcome:
+    """Run `job` in a watched child; returns what happened. Never raises for the child's faults."""
+    folder = tempfile.mkdtemp(prefix="perflsp-job-")
+    try:
+        paths = {name: os.path.join(folder, name) for name in ("job.json", "messages.jsonl", "result.json", "stack.txt")}
+        ensure_file(paths["messages.jsonl"])
+        job = dict(job, parent_pid=os.getpid(), messages=paths["messages.jsonl"], result=paths["result.json"],
+                   stack_dump=paths["stack.txt"])
+        with open(paths["job.json"], "w", encoding="utf-8") as handle:
+            json.dump(job, handle)
+        return _watch(paths, timeout_s, on_message, stdout, stop_after_result)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _watch(paths: Dict[str, str], timeout_s: float, on_message: Callable[[Dict[str, Any]], None], stdout: Any,
+           stop_after_result: bool) -> Outcome:
+    command = [sys.executable, "-m", "perflsp.runtime", "_worker", paths["job.json"]]
+    started = time.monotonic()
+    # The user's prints go to our stderr: our stdout carries the table or the JSON result.
+    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=stdout if stdout is not None else _stderr_fd(),
+                             start_new_session=True)
+    tail = Tail(paths["messages.jsonl"])
+    outcome = Outcome(exit_code=None, payload=None)
+    deadline = started + timeout_s
+    result_seen_at: Optional[float] = None
+    try:
+        while True:
+            code = child.poll()
+            for message in tail.read():
+                if message.get("event") == "phase":
+                    outcome.phase = message.get("phase", outcome.phase)
+                    outcome.progress = None
+                elif message.get("event") == "progress":
+                    outcome.progress = message
+                on_message(message)
+            if code is not None:
+                outcome.exit_code = code
+                break
+            now = time.monotonic()
+            if result_seen_at is None and os.path.exists(paths["result.json"]):
+                result_seen_at = now
+            if stop_after_result and result_seen_at is not None and now - result_seen_at > STOP_GRACE_S:
+                # The result is complete but the program does not stop (it caught our
+                # StopProgram): the measurement is done, so it is stopped from outside.
+                _kill_group(child.pid, signal.SIGKILL)
+                child.wait()
+                outcome.notes.append("the program kept running after the measurement finished; it was stopped")
+                outcome.exit_code = 0
+                break
+            if now >= deadline:
+                if result_seen_at is not None:  # --no-stop: measured, then the program ran on
+                    outcome.notes.append(f"the program was still running at the {timeout_s:g} s timeout "
+                                         "after the measurement finished; it was stopped")
+                    outcome.exit_code = 0
+                else:
+                    outcome.timed_out = True
+                    outcome.stack_dump = _dump_stacks(child, paths["stack.txt"])
+                _kill_group(child.pid, signal.SIGKILL)
+                child.wait()
+                break
+            time.sleep(POLL_S)
+    except BaseException:
+        _kill_group(child.pid, signal.SIGKILL)  # Ctrl-C or our own failure: never leave it running
+        child.wait()
+        raise
+    finally:
+        # Whatever the target spawned and left behind goes with it.
+        _kill_group(child.pid, signal.SIGKILL)
+    outcome.elapsed_s = time.monotonic() - started
+    if outcome.exit_code is not None and outcome.exit_code < 0:
+        outcome.signal_number = -outcome.exit_code
+    if os.path.exists(paths["result.json"]) and not outcome.timed_out:
+        try:
+            with open(paths["result.json"], encoding="utf-8") as handle:
+                outcome.payload = json.load(handle)
+        except (OSError, ValueError):
+            outcome.payload = None
+    return outcome
+
+
+def _stderr_fd() -> Optional[int]:
+    """Our stderr's descriptor, or None (inherit) when stderr is not a real file (captured)."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _dump_stacks(child: subprocess.Popen, path: str) -> str:
+    """Ask the child for its threads' stacks (SIGUSR1 -> faulthandler) and read them back."""
+    if not hasattr(signal, "SIGUSR1"):
+        return ""
+    try:
+        os.kill(child.pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        return ""
+    text, waited = "", 0.0
+    while waited < STACK_DUMP_WAIT_S:
+        time.sleep(0.1)
+        waited += 0.1
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                latest = handle.read()
+        except OSError:
+            latest = ""
+        if latest and latest == text:
+            break  # written and no longer growing
+        text = latest
+    return text
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def hang_location(stack_dump: str, target_file: Optional[str]) -> Optional[str]:
+    """'file.py:42 in step', the innermost frame of the target's file in the stack dump (or the
+    innermost frame of the first thread that has none)."""
+    if not stack_dump:
+        return None
+    frames = [m.groupdict() for m in _FRAME.finditer(stack_dump)]  # most recent call first, per thread
+    if target_file:
+        real = os.path.realpath(target_file)
+        for frame in frames:
+            if os.path.realpath(frame["file"]) == real:
+                return f"{os.path.basename(frame['file'])}:{frame['line']} in {frame['func']}"
+    current = stack_dump.find("Current thread")  # the thread that was running: the main one
+    innermost = _FRAME.search(stack_dump, current if current >= 0 else 0)
+    if innermost is not None:
+        return f"{innermost['file']}:{innermost['line']} in {innermost['func']}"
+    return None

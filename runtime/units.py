@@ -1,0 +1,53 @@
+"""Human-readable numbers: decimal SI prefixes (as datasheets use), µs-based times."""
+from __future__ import annotations
+
+from typing import Optional
+
+_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def si(value: float, unit: str, digits: int = 3) -> str:
+    for scale, prefix in _PREFIXES:
+        if abs(value) >= scale:
+            return f"{value / scale:.{digits}g} {prefix}{unit}"
+    return f"{value:.{digits}g} {unit}"
+
+
+def flops(value: float) -> str:
+    return si(value, "FLOP")
+
+
+def flop_rate(value: float) -> str:
+    return si(value, "FLOP/s")
+
+
+def byte_count(value: float) -> str:
+    return si(value, "B")
+
+
+def byte_rate(value: float) -> str:
+    return si(value, "B/s")
+
+
+def duration_us(value_us: Optional[float]) -> str:
+    if value_us is None:
+        return "-"
+    if value_us >= 1e6:
+        return f"{value_us / 1e6:.3g} s"
+    if value_us >= 1e3:
+        return f"{value_us / 1e3:.3g} ms"
+    if value_us >= 1:
+        return f"{value_us:.3g} µs"
+    return f"{value_us * 1e3:.3g} ns"
+
+
+def percent(fraction: Optional[float]) -> str:
+    if fraction is None:
+        return "-"
+    return f"{fraction * 100:.0f}%" if fraction >= 0.01 or fraction == 0 else f"{fraction * 100:.1g}%"
+
+
+def intensity(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g} FLOP/B"

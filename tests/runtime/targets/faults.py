@@ -1,0 +1,43 @@
+"""Targets that fail in each way the runtime must report."""
+import ctypes
+import os
+import subprocess
+import sys
+
+import torch
+
+import perflsp
+
+
+def one_tensor():
+    return (torch.ones(4),)
+
+
+@perflsp.profile(setup=one_tensor)
+def raises(x):
+    y = x * 2
+    raise ValueError(f"bad value {y.sum().item()}")
+
+
+@perflsp.profile(setup=one_tensor)
+def hangs_in_c(x):
+    # A grandchild that must die with us, then a hang inside C code (no Python bytecode runs,
+    # so only a signal the process cannot handle ends it).
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(os.environ["PERFLSP_TEST_PIDFILE"], "w") as handle:
+        handle.write(str(child.pid))
+    ctypes.CDLL(None).sleep(600)
+
+
+@perflsp.profile(setup=one_tensor)
+def out_of_memory(x):
+    return torch.empty(2 ** 50, dtype=torch.uint8)
+
+
+@perflsp.profile
+def marker_without_setup(x):
+    return x
+
+
+def plain(x):
+    return x * 2

@@ -1,0 +1,128 @@
+"""The verdict logic on given figures (GPU cases included: they need no GPU to check)."""
+from __future__ import annotations
+
+import pytest
+
+from perflsp.profile_result import REGIMES
+from perflsp.runtime import roofline
+from perflsp.runtime.roofline import CallFigures, Ceilings, Site
+
+H200_BF16 = Ceilings(bandwidth_bytes_per_s=4.3e12, peak_flops_per_s=790e12, dtype_key="bfloat16")
+CPU = Ceilings(bandwidth_bytes_per_s=10e9, peak_flops_per_s=100e9, dtype_key="float32")
+
+
+def figures(**overrides) -> CallFigures:
+    base = dict(device="cuda", median_us=1000.0, flops=0.0, bytes=0.0, wall_us=1000.0, overhead_fraction=0.05,
+                busy_fraction=0.95, kernels_per_call=3, median_kernel_us=300.0, ops_per_call=3, median_op_us=20.0)
+    base.update(overrides)
+    return CallFigures(**base)
+
+
+def test_ridge_point_and_attained_fractions():
+    assert H200_BF16.ridge_flop_per_byte == pytest.approx(183.7, rel=1e-3)
+    got = roofline.attained(flops=1e9, bytes_=4e9, seconds=2e-3, ceilings=H200_BF16)
+    assert got.intensity_flop_per_byte == 0.25
+    assert got.attained_bytes_per_s == pytest.approx(2e12)
+    assert got.bandwidth_fraction == pytest.approx(2e12 / 4.3e12)
+    # attainable at AI 0.25 is bandwidth x AI = 1.075 TFLOP/s; achieved 0.5 TFLOP/s
+    assert got.roofline_efficiency == pytest.approx(0.5e12 / 1.075e12)
+
+
+def test_memory_bound_below_the_ridge_with_its_fraction_in_the_summary():
+    verdict, got = roofline.classify(figures(flops=1e9, bytes=4e9, median_us=2000.0), H200_BF16)
+    assert verdict.regime == "memory-bound"
+    assert "47% of the measured 4.3 TB/s" in verdict.summary
+    assert "ridge 184 FLOP/B" in verdict.summary
+    assert any("fuse" in lever for lever in verdict.levers)
+
+
+def test_compute_bound_above_the_ridge():
+    n = 8192
+    verdict, got = roofline.classify(figures(flops=2 * n ** 3, bytes=3 * n * n * 2, median_us=2000.0), H200_BF16)
+    assert verdict.regime == "compute-bound"
+    assert got.flops_fraction == pytest.approx(2 * n ** 3 / 2e-3 / 790e12)
+
+
+def test_tf32_lever_only_for_plain_float32_on_gpu():
+    fp32 = Ceilings(4.3e12, 51e12, "float32")
+    args = dict(flops=1e12, bytes=1e9, median_us=30000.0, dominant_dtype="float32")
+    assert roofline.TF32_LEVER in roofline.classify(figures(**args), fp32)[0].levers
+    assert roofline.TF32_LEVER not in roofline.classify(figures(tf32_enabled=True, **args), fp32)[0].levers
+    assert roofline.TF32_LEVER not in roofline.classify(figures(device="cpu", **args), fp32)[0].levers
+
+
+def test_sync_bound_needs_the_host_blocked_and_the_device_idle():
+    item_loop = figures(flops=1e6, bytes=1e6, host_blocked_us=310.0, overhead_fraction=0.7, busy_fraction=0.3,
+                        sync_sites=[Site("line 42 (`loss.item()`)", 310.0)])
+    verdict, _ = roofline.classify(item_loop, H200_BF16)
+    assert verdict.regime == "sync-bound"
+    assert "line 42 (`loss.item()`): 31% of the call" in verdict.reasons[0]
+    # A big GEMM followed by one .item(): the host waits 90% of the call, the device is busy.
+    gemm_then_item = figures(flops=1.1e12, bytes=4e8, median_us=1500.0, wall_us=1500.0, host_blocked_us=1350.0,
+                             overhead_fraction=0.02, busy_fraction=0.98)
+    assert roofline.classify(gemm_then_item, H200_BF16)[0].regime == "compute-bound"
+
+
+def test_transfer_bound_on_gpu_only():
+    copies = figures(flops=1e6, bytes=1e8, transfer_us=300.0, cpu_fallback_us=100.0,
+                     transfer_sites=[Site("line 7 (`x.cpu()`)", 400.0)])
+    assert roofline.classify(copies, H200_BF16)[0].regime == "transfer-bound"
+    # x.cpu() * 2 then .cuda(): the host blocks in the copies, but copying is the problem.
+    round_trip = figures(flops=1.6e7, bytes=2e8, wall_us=25000.0, transfer_us=10000.0, cpu_fallback_us=10000.0,
+                         host_blocked_us=10000.0, overhead_fraction=0.6, busy_fraction=0.4)
+    assert roofline.classify(round_trip, H200_BF16)[0].regime == "transfer-bound"
+    assert roofline.classify(figures(device="cpu", flops=1e6, bytes=1e8, transfer_us=300.0), CPU)[0].regime != "transfer-bound"
+
+
+def test_overhead_bound_gpu_and_cpu_wording():
+    launch_bound = figures(flops=1e5, bytes=1e6, overhead_fraction=0.85, busy_fraction=0.15, kernels_per_call=2000,
+                           median_kernel_us=2.1)
+    verdict, _ = roofline.classify(launch_bound, H200_BF16)
+    assert verdict.regime == "overhead-bound"
+    assert "GPU is busy 15%" in verdict.summary and "2000 kernels per call" in verdict.summary
+    assert any("CUDA graphs" in lever for lever in verdict.levers)
+    cpu_loop = figures(device="cpu", flops=400, bytes=51200, overhead_fraction=0.97, ops_per_call=400, median_op_us=4.0)
+    verdict, _ = roofline.classify(cpu_loop, CPU)
+    assert verdict.regime == "overhead-bound" and "400 ops per call" in verdict.summary
+
+
+def test_no_counted_work_is_not_called_memory_bound():
+    verdict, _ = roofline.classify(figures(device="cpu", overhead_fraction=0.1), CPU)
+    assert verdict.regime == "overhead-bound"
+    assert "no tensor work was counted" in verdict.reasons[-1]
+
+
+def test_counting_error_and_low_efficiency_notes():
+    over = figures(device="cpu", flops=1e8, bytes=1e9, median_us=50000.0)  # 20 GB/s on a 10 GB/s ceiling
+    assert any("over-estimates" in n for n in roofline.classify(over, CPU)[0].notes)
+    tiny_kernel = figures(flops=1e6, bytes=4e6, median_us=1000.0)  # 4 GB/s on a 4.3 TB/s GPU
+    assert any("under-occupied" in n for n in roofline.classify(tiny_kernel, H200_BF16)[0].notes)
+
+
+def test_every_verdict_uses_a_fixed_regime_string():
+    cases = [figures(flops=1e9, bytes=4e9), figures(flops=1e12, bytes=1e8), figures(overhead_fraction=0.9),
+             figures(host_blocked_us=500.0, overhead_fraction=0.6), figures(transfer_us=500.0)]
+    assert {roofline.classify(c, H200_BF16)[0].regime for c in cases} == set(REGIMES)
+
+
+def test_line_regimes():
+    line = roofline.classify_line
+    assert line("cuda", 0, 4, [3.0], blocked_us=500.0, time_us=3.0, transfer=False, ceilings=H200_BF16) == "sync-bound"
+    assert line("cuda", 0, 4e6, [90.0], blocked_us=0.0, time_us=90.0, transfer=True, ceilings=H200_BF16) == "transfer-bound"
+    assert line("cpu", 400, 51200, [4.0] * 400, 0.0, 1600.0, False, CPU) == "overhead-bound"
+    assert line("cpu", 2e8, 1e6, [5000.0], 0.0, 5000.0, False, CPU) == "compute-bound"
+    assert line("cpu", 1e6, 1.2e7, [5000.0], 0.0, 5000.0, False, CPU) == "memory-bound"
+    assert line("cpu", 0, 8e6, [900.0], 0.0, 900.0, False, CPU) == "memory-bound"  # a copy: AI 0
+    # `x.t() @ w.t()`: two views that take no time next to a big matmul
+    assert line("cuda", 2e12, 1e8, [0.0, 0.0, 2600.0], 0.0, 2600.0, False, H200_BF16) == "compute-bound"
+    assert line("cpu", 2e8, 1e6, [2.0, 2.0, 5000.0], 0.0, 5004.0, False, CPU) == "compute-bound"
+
+
+def test_noisy_timing_is_flagged():
+    from perflsp.runtime.analysis import _timing_notes
+
+    steady = {"calls": 100, "p10_us": 100.0, "p90_us": 120.0}
+    noisy = {"calls": 100, "p10_us": 100.0, "p90_us": 900.0}
+    assert _timing_notes(steady) == []
+    assert "p90 = 9.0 x p10" in _timing_notes(noisy)[0]
+    assert _timing_notes(dict(noisy, calls=3)) == []  # too few calls to judge

@@ -1,0 +1,120 @@
+"""`python -m perflsp.runtime profile|peaks` end to end: exit codes, result files, faults."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from perflsp import profile_result
+from perflsp.runtime.cli import main
+
+
+def _validate(result):
+    assert profile_result.check(result) == []
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.Draft202012Validator(profile_result.load_schema()).validate(result)
+
+
+def _published(workspace):
+    folder = workspace / ".perflsp" / "profiles"
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def test_profile_writes_a_valid_result_table_json_and_plot(run_runtime, targets_dir, tmp_path):
+    out = run_runtime("profile", f"{targets_dir / 'ref_cases.py'}:matmul", "--min-time", "0.05",
+                      "--workspace", str(tmp_path), "--json", str(tmp_path / "copy.json"),
+                      "--plot", str(tmp_path / "roofline.html"), "--progress", "json")
+    assert out.returncode == 0, out.stderr
+    assert "verdict    compute-bound" in out.stdout
+    assert "USDT:" not in out.stderr  # kineto's start/stop chatter is filtered
+    phases = [json.loads(line)["phase"] for line in out.stderr.splitlines() if line.startswith('{"event": "phase"')]
+    assert phases[-5:] == ["warm-up", "timing", "profile", "attribution", "analysis"]
+    assert _published(tmp_path) == ["ref_cases.matmul.json"]  # nothing else, no temporary files
+    result = profile_result.read_result(tmp_path / ".perflsp" / "profiles" / "ref_cases.matmul.json")
+    _validate(result)
+    assert result["settings"]["inputs"] == "marker"
+    assert result["ceilings"]["source"] == "cache"
+    assert json.loads((tmp_path / "copy.json").read_text()) == result
+    assert (tmp_path / "roofline.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_target_not_found_lists_the_definitions(run_runtime, targets_dir, tmp_path):
+    out = run_runtime("profile", f"{targets_dir / 'ref_cases.py'}:matmull", "--workspace", str(tmp_path))
+    assert out.returncode == 6
+    assert "'matmull' is not defined" in out.stdout and "matmul" in out.stdout and "tiny_ops" in out.stdout
+    assert _published(tmp_path) == []  # a typo leaves no result behind
+    out = run_runtime("profile", f"{tmp_path / 'missing.py'}:f", "--workspace", str(tmp_path))
+    assert out.returncode == 6 and "no such file" in out.stdout
+
+
+def test_usage_errors_return_two(targets_dir, capsys):
+    assert main(["profile", f"{targets_dir / 'program' / 'layers.py'}:step", "--run", "torchrun train.py"]) == 2
+    assert "must start with python" in capsys.readouterr().out  # refused before any process starts
+    assert main(["profile"]) == 2
+    assert main(["profile", "no_colon_here"]) == 2
+    assert main(["profile", "x.py:f", "--min-time", "-1"]) == 2
+    assert main(["peaks", "--budget", "0"]) == 2
+    assert main(["--help"]) == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="checks processes through /proc")
+def test_timeout_kills_a_target_stuck_in_c_and_its_children(run_runtime, targets_dir, tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    started = time.monotonic()
+    out = run_runtime("profile", f"{targets_dir / 'faults.py'}:hangs_in_c", "--timeout", "10",
+                      "--workspace", str(tmp_path), env={"PERFLSP_TEST_PIDFILE": str(pidfile)})
+    assert time.monotonic() - started < 40
+    assert out.returncode == 4, out.stdout + out.stderr
+    result = json.loads((tmp_path / ".perflsp" / "profiles" / "faults.hangs_in_c.json").read_text())
+    _validate(result)
+    assert result["error"]["kind"] == "timeout"
+    assert "timed out after 10 s" in result["error"]["message"]
+    assert pidfile.exists(), "the target never started: the machine is too slow for this timeout"
+    assert "faults.py:" in result["error"]["message"] and "in hangs_in_c" in result["error"]["message"]
+    grandchild = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(grandchild)
+    assert _published(tmp_path) == ["faults.hangs_in_c.json"]
+
+
+def test_peaks_command_measures_and_caches(run_runtime, peaks_cache, tmp_path):
+    cache = tmp_path / "cache"
+    out = run_runtime("peaks", "--budget", "0.3", "--json", "-", env={"PERFLSP_CACHE_DIR": str(cache)})
+    assert out.returncode == 0, out.stderr
+    measured = json.loads(out.stdout)
+    assert measured["bandwidth_bytes_per_s"] > 0 and measured["compute_flops_per_s"]["float32"] > 0
+    assert list((cache / "peaks").glob("*.json"))  # cached for the next profile
+
+
+def test_supervisor_side_imports_no_torch():
+    code = "import sys, perflsp, perflsp.runtime.cli, perflsp.runtime.supervisor, perflsp.runtime.report; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_hang_location_prefers_the_targets_file():
+    from perflsp.runtime.supervisor import hang_location
+
+    dump = ('Thread 0x00007f01 (most recent call first):\n'
+            '  File "/usr/lib/python3.11/threading.py", line 320 in wait\n'
+            '\n'
+            'Current thread 0x00007f00 (most recent call first):\n'
+            '  File "/proj/lib/helpers.py", line 9 in spin\n'
+            '  File "/proj/train.py", line 42 in step\n'
+            '  File "/site/perflsp/runtime/timing.py", line 160 in warm_up\n')
+    assert hang_location(dump, "/proj/train.py") == "train.py:42 in step"
+    assert hang_location(dump, "/elsewhere.py") == "/proj/lib/helpers.py:9 in spin"  # the current thread's
+    assert hang_location("", "/proj/train.py") is None
