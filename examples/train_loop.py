@@ -9,6 +9,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+import perflsp
+
 os.environ["CUDA_LAUNCH_BLOCKING"] = "1"  # PFL604: left on from a debugging session
 torch.autograd.set_detect_anomaly(True)  # PFL604
 
@@ -46,6 +48,27 @@ def clip_gradients(model: nn.Module, max_norm: float) -> None:
             p.grad.data.clamp_(-max_norm, max_norm)
 
 
+def make_step_inputs():
+    """Inputs for `perflsp profile examples/train_loop.py:train_step` (and the editor's Profile action)."""
+    model = ConvNet().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    images = torch.randn(32, 3, 32, 32, device=device)
+    labels = torch.randint(0, 10, (32,), device=device)
+    return model, optimizer, images, labels, torch.ones(10)
+
+
+@perflsp.profile(setup=make_step_inputs)
+def train_step(model, optimizer, images, labels, class_weights):
+    weights = class_weights.to(device)  # the same copy every step when called in a loop
+    optimizer.zero_grad(set_to_none=False)  # PFL603
+    logits = model(images)
+    loss = F.cross_entropy(logits, labels, weight=weights)
+    loss.backward()
+    clip_gradients(model, 1.0)
+    optimizer.step()
+    return loss, float(loss.detach())  # PFL103: a sync on every step
+
+
 def train(epochs: int = 2) -> None:
     model = ConvNet().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -57,16 +80,10 @@ def train(epochs: int = 2) -> None:
             images = images.to(device)  # PFL106: blocking copy
             labels = labels.cuda() if torch.cuda.is_available() else labels  # PFL106
             weights = class_weights.to(device)  # PFL403: the same copy every step
-            optimizer.zero_grad(set_to_none=False)  # PFL603
-            logits = model(images)
-            loss = F.cross_entropy(logits, labels, weight=weights)
-            loss.backward()
-            clip_gradients(model, 1.0)
-            optimizer.step()
+            loss, running = train_step(model, optimizer, images, labels, weights)
             seen.append(labels)
             if step % 10 == 0:
                 print(f"epoch {epoch} step {step} loss {loss.item():.4f}")  # PFL101
-            running = float(loss)  # PFL103
             offsets = torch.tensor([0.0, 1.0, 2.0], device=device)  # PFL107, PFL401
         all_labels = torch.cat(seen)
         print(epoch, running, offsets.sum(), all_labels.shape)

@@ -23,7 +23,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from perflsp import __version__
-from perflsp.server import actions, hover, notebooks
+from perflsp.server import actions, hover, notebooks, profiling
 from perflsp.server import log as client_log
 from perflsp.server.analysis import Part, Result, Snapshot
 from perflsp.server.configuration import CONFIG_NAMES, EditorConfig
@@ -44,6 +44,7 @@ class PerflspServer(LanguageServer):
         self.docs = Documents(self)
         self.config = EditorConfig(self)
         self.scan = WorkspaceScan(self)
+        self.profiles = profiling.Profiler(self)
         self.encoder = Encoder()
         self.pull = False  # the client pulls diagnostics (else they are pushed)
         self.log_handler = client_log.install(self._log_to_client)
@@ -127,6 +128,8 @@ class PerflspServer(LanguageServer):
     def push(self, uri: str, diagnostics: Sequence[T.Diagnostic], version: Optional[int]) -> None:
         """Publish diagnostics, unless the client pulls them."""
         if not self.pull:
+            if uri in self.docs.units:  # open documents carry their profile results too
+                diagnostics = self.profiles.decorate(uri, diagnostics)
             self.text_document_publish_diagnostics(
                 T.PublishDiagnosticsParams(uri=uri, diagnostics=list(diagnostics), version=version))
 
@@ -239,6 +242,7 @@ def create_server() -> PerflspServer:
     @ls.feature(T.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: PerflspServer, params: T.DidOpenTextDocumentParams) -> None:
         if _is_python(params.text_document):
+            ls.profiles.opened(params.text_document.uri)
             unit = ls.docs.opened(params.text_document.uri)
             path = to_fs_path(params.text_document.uri) if params.text_document.uri.startswith("file:") else None
             unit.path = str(Path(path).resolve()) if path else None
@@ -257,6 +261,7 @@ def create_server() -> PerflspServer:
     @ls.feature(T.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: PerflspServer, params: T.DidCloseTextDocumentParams) -> None:
         _closed(ls, ls.docs.closed(params.text_document.uri))
+        ls.profiles.closed(params.text_document.uri)
 
     # --- notebooks --------------------------------------------------------------------------------
 
@@ -291,9 +296,11 @@ def create_server() -> PerflspServer:
         part = result.part(found[1])
         if part is None:
             return T.FullDocumentDiagnosticReport(items=[])
-        if params.previous_result_id == part.result_id:
-            return T.UnchangedDocumentDiagnosticReport(result_id=part.result_id)
-        return T.FullDocumentDiagnosticReport(items=part.diagnostics, result_id=part.result_id)
+        result_id = part.result_id + ls.profiles.key(params.text_document.uri)
+        if params.previous_result_id == result_id:
+            return T.UnchangedDocumentDiagnosticReport(result_id=result_id)
+        return T.FullDocumentDiagnosticReport(items=ls.profiles.decorate(params.text_document.uri, part.diagnostics),
+                                              result_id=result_id)
 
     @ls.feature(T.WORKSPACE_DIAGNOSTIC)
     async def pull_workspace(ls: PerflspServer, params: T.WorkspaceDiagnosticParams):
@@ -303,7 +310,12 @@ def create_server() -> PerflspServer:
 
     @ls.feature(T.TEXT_DOCUMENT_CODE_ACTION, T.CodeActionOptions(code_action_kinds=actions.KINDS, resolve_provider=True))
     async def code_action(ls: PerflspServer, params: T.CodeActionParams):
-        return await actions.code_actions(ls, params)
+        found = await actions.code_actions(ls, params)
+        if not params.context.only:  # "Profile this function" is neither a quick fix nor a source action
+            profile = ls.profiles.code_action(params.text_document.uri, params.range)
+            if profile is not None:
+                found.append(profile)
+        return found
 
     @ls.feature(T.CODE_ACTION_RESOLVE)
     async def code_action_resolve(ls: PerflspServer, params: T.CodeAction):
@@ -311,7 +323,33 @@ def create_server() -> PerflspServer:
 
     @ls.feature(T.TEXT_DOCUMENT_HOVER)
     async def on_hover(ls: PerflspServer, params: T.HoverParams):
-        return await hover.hover(ls, params)
+        static = await hover.hover(ls, params)
+        measured = ls.profiles.hover(params.text_document.uri, params.position)
+        if measured is None:
+            return static
+        value = measured if static is None else f"{measured}\n\n---\n\n{static.contents.value}"
+        return T.Hover(contents=T.MarkupContent(kind=T.MarkupKind.Markdown, value=value))
+
+    @ls.feature(T.TEXT_DOCUMENT_CODE_LENS, T.CodeLensOptions(resolve_provider=False))
+    def code_lens(ls: PerflspServer, params: T.CodeLensParams):
+        return ls.profiles.code_lenses(params.text_document.uri)
+
+    # --- profiling (explicit user actions only: it runs the user's code) ---------------------------
+
+    @ls.command("perflsp.profileFunction")
+    async def profile_function(ls: PerflspServer, *args: Any):
+        uri, function = _target_args(args)
+        return await ls.profiles.profile(uri, function)
+
+    @ls.command("perflsp.profileAgain")
+    async def profile_again(ls: PerflspServer, *args: Any):
+        uri, function = _target_args(args)
+        return await ls.profiles.profile(uri, function)
+
+    @ls.command("perflsp.clearProfile")
+    def clear_profile(ls: PerflspServer, *args: Any):
+        uri, function = _target_args(args)
+        return ls.profiles.clear(uri, function)
 
     # --- settings and files -------------------------------------------------------------------------
 
@@ -350,6 +388,7 @@ def create_server() -> PerflspServer:
     @ls.feature(T.SHUTDOWN)
     def shutdown(ls: PerflspServer, params: None) -> None:
         ls.shutdown_requested = True
+        ls.profiles.shutdown()
         ls.docs.shutdown()
         ls.scan.stop()
         ls.config.stop()
@@ -359,6 +398,15 @@ def create_server() -> PerflspServer:
         ls.exit_code = 0 if ls.shutdown_requested else 1  # LSP: exit without shutdown is an error
 
     return ls
+
+
+def _target_args(args: Sequence[Any]) -> Tuple[str, Optional[str]]:
+    """(uri, function qualname) from `[uri, function]` or `[{uri, function}]`."""
+    if len(args) == 1 and isinstance(args[0], dict):
+        return str(args[0].get("uri", "")), args[0].get("function") or args[0].get("qualname")
+    if not args:
+        return "", None
+    return str(args[0]), (str(args[1]) if len(args) > 1 and args[1] else None)
 
 
 def _closed(ls: PerflspServer, unit: Optional[Unit]) -> None:

@@ -24,6 +24,10 @@ class EditorSettings:
     debounce_ms: int = 150
     log_level: str = "info"
     workspace_diagnostics: bool = False  # check every file of the workspace, not only open ones
+    interpreter: Tuple[str, ...] = ()  # the profiler's python (+ arguments); empty: venv, .venv, the server's
+    profile_enabled: bool = True  # off in untrusted workspaces: profiling runs the user's code
+    profile_timeout: Optional[float] = None  # seconds; None: the runtime's ([tool.perflsp] profile-timeout)
+    profile_min_time: Optional[float] = None  # seconds of timing; None: the runtime's default (1 s)
     overrides: Tuple[Tuple[str, Any], ...] = ()  # kebab-case `[tool.perflsp]` keys set in the editor
     problems: Tuple[str, ...] = field(default=(), compare=False)  # bad values found while reading
 
@@ -77,10 +81,42 @@ def parse(raw: Any) -> EditorSettings:
                 values["workspace_diagnostics"] = value
             else:
                 problems.append(f"{EDITOR_ORIGIN}: `workspaceDiagnostics` must be true or false, got {value!r}")
+        elif key == "interpreter":
+            if isinstance(value, str) and value:
+                values["interpreter"] = (value,)
+            elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+                values["interpreter"] = tuple(value)
+            elif value is not None:
+                problems.append(f"{EDITOR_ORIGIN}: `interpreter` must be a list of strings "
+                                f"(the python and its arguments), got {value!r}")
+        elif key == "profile" or key.startswith("profile."):
+            profile = value if key == "profile" else {key.split(".", 1)[1]: value}
+            if isinstance(profile, Mapping):
+                _parse_profile(profile, values, problems)
+            elif profile is not None:
+                problems.append(f"{EDITOR_ORIGIN}: `profile` must be a table (enabled, timeout, minTime), got {value!r}")
         elif value is not None:  # VS Code sends null for settings the user left unset
             overrides[_kebab(key)] = value
     return EditorSettings(overrides=tuple(sorted(overrides.items(), key=lambda kv: kv[0])),
                           problems=tuple(problems), **values)
+
+
+def _parse_profile(profile: Mapping[str, Any], values: Dict[str, Any], problems: List[str]) -> None:
+    for key, value in profile.items():
+        if value is None:
+            continue
+        if key == "enabled":
+            if isinstance(value, bool):
+                values["profile_enabled"] = value
+            else:
+                problems.append(f"{EDITOR_ORIGIN}: `profile.enabled` must be true or false, got {value!r}")
+        elif key in ("timeout", "minTime"):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                values["profile_timeout" if key == "timeout" else "profile_min_time"] = float(value)
+            else:
+                problems.append(f"{EDITOR_ORIGIN}: `profile.{key}` must be a positive number of seconds, got {value!r}")
+        else:
+            problems.append(f"{EDITOR_ORIGIN}: unknown setting `profile.{key}` (known: enabled, timeout, minTime)")
 
 
 @dataclass(frozen=True)

@@ -70,3 +70,46 @@ def test_the_shipped_neovim_config_starts_the_server_at_the_project_root(tmp_pat
     report, target = run_neovim("nvim_config.lua", tmp_path)  # loads editors/neovim/perflsp.lua
     assert "PFL106" in report["codes"] and "PFL101" in report["codes"]
     assert report["clients"] == [{"name": "perflsp", "root": str(target.parent)}]  # found by its .git
+
+
+PROFILED = """\
+import torch
+import perflsp
+
+
+def make_inputs():
+    return (torch.randn(64, 64), torch.randn(64, 64))
+
+
+@perflsp.profile(setup=make_inputs)
+def step(a, b):
+    c = a @ b
+    return (c.relu() + a).sum()
+"""
+
+
+def test_neovim_profiles_a_function_and_shows_the_verdict(tmp_path: Path):
+    pytest.importorskip("torch")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".git").mkdir()
+    target = project / "kernels.py"
+    target.write_text(PROFILED)
+    def_line = PROFILED.split("\n").index("def step(a, b):")
+    out = tmp_path / "report.json"
+    env = dict(os.environ, PERFLSP_CMD=json.dumps(SERVE), PERFLSP_ROOT=str(project), PERFLSP_FILE=str(target),
+               PERFLSP_OUT=str(out), PERFLSP_LINE=str(def_line + 1),
+               XDG_STATE_HOME=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"),
+               XDG_CONFIG_HOME=str(tmp_path / "config"))
+    run = subprocess.run(["nvim", "--headless", "--noplugin", "-n", "-i", "NONE", "-u", str(HERE / "nvim_profile.lua")],
+                         env=env, capture_output=True, timeout=180, cwd=project)
+    assert out.is_file(), f"Neovim wrote no report (status {run.returncode}): {run.stderr.decode()[-2000:]}"
+    report = json.loads(out.read_text())
+    assert report["ok"], report.get("error")
+    assert "Profile this function (step)" in report["titles"]
+    assert report["reply"]["status"] == "ok"
+    regime = report["reply"]["regime"]
+    verdict = [d for d in report["measured"] if d["lnum"] == def_line]
+    assert len(verdict) == 1 and regime in verdict[0]["message"] and verdict[0]["severity"] == 3  # Information
+    assert all(def_line <= d["lnum"] <= def_line + 2 for d in report["measured"])
+    assert list((project / ".perflsp" / "profiles").glob("kernels.step.json"))

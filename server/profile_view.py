@@ -1,0 +1,301 @@
+"""A profile result (the runtime's JSON, see docs/profile-result.md) as the editor shows it.
+
+Pure functions, no I/O and no torch: the def line's verdict and the top lines' shares as
+diagnostics (source `perflsp-profile`), the measured cost appended to a static finding on a measured
+line, the code lens title and the hover table. Also finds the functions of a file (`functions`):
+what "Profile this function" offers and where the lenses go.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from lsprotocol import types as T
+
+PROFILE_SOURCE = "perflsp-profile"
+MARKERS = ("profile", "hot")
+
+
+# --- functions of a file ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Function:
+    qualname: str  # `step`, `Model.forward`
+    def_line: int  # 1-based line of the `def` keyword
+    first_line: int  # 1-based, the first decorator
+    last_line: int  # 1-based, the body's last line
+    marked: bool  # decorated with @perflsp.profile / @perflsp.hot
+
+
+def functions(text: str) -> List[Function]:
+    """The profilable functions: module level and class methods (not functions inside functions)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    out: List[Function] = []
+
+    def visit(body: Sequence[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                out.append(Function(prefix + node.name, node.lineno, first, node.end_lineno or node.lineno,
+                                    any(_is_marker(d) for d in node.decorator_list)))
+            elif isinstance(node, ast.ClassDef):
+                visit(node.body, f"{prefix}{node.name}.")
+            elif isinstance(node, ast.If):
+                visit(node.body, prefix)
+                visit(node.orelse, prefix)
+            elif isinstance(node, ast.Try):
+                visit(node.body, prefix)
+                for handler in node.handlers:
+                    visit(handler.body, prefix)
+                visit(node.orelse, prefix)
+                visit(node.finalbody, prefix)
+
+    visit(tree.body, "")
+    return out
+
+
+def _is_marker(decorator: ast.expr) -> bool:
+    if isinstance(decorator, ast.Call):
+        decorator = decorator.func
+    if isinstance(decorator, ast.Attribute):
+        return decorator.attr in MARKERS and isinstance(decorator.value, ast.Name) and decorator.value.id == "perflsp"
+    return False
+
+
+def function_at(text: str, line: int) -> Optional[Function]:
+    """The innermost profilable function whose lines (decorators included) hold 0-based `line`."""
+    row = line + 1
+    found = [f for f in functions(text) if f.first_line <= row <= f.last_line]
+    return max(found, key=lambda f: f.first_line) if found else None
+
+
+# --- numbers ----------------------------------------------------------------------------------------
+
+def fmt_time(us: Optional[float]) -> str:
+    if us is None:
+        return "?"
+    if us >= 1e6:
+        return f"{us / 1e6:.3g} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3g} ms"
+    return f"{us:.3g} µs"
+
+
+def _si(value: Optional[float], unit: str) -> str:
+    if value is None:
+        return "?"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def fmt_rate_bytes(v: Optional[float]) -> str:
+    return _si(v, "B/s")
+
+
+def fmt_rate_flops(v: Optional[float]) -> str:
+    return _si(v, "FLOP/s")
+
+
+def fmt_pct(fraction: Optional[float]) -> str:
+    return "?" if fraction is None else f"{fraction * 100:.0f}%"
+
+
+def headline(result: Mapping[str, Any]) -> Optional[str]:
+    """`memory-bound · 0.41 ms · 44% of 4.3 TB/s` (None for a failed run)."""
+    verdict = result.get("verdict") or {}
+    regime = verdict.get("regime")
+    if result.get("status") != "ok" or not regime:
+        return None
+    parts = [regime, fmt_time((result.get("timing") or {}).get("median_us"))]
+    attained = _attained(result)
+    if attained:
+        parts.append(attained)
+    return " · ".join(parts)
+
+
+def _attained(result: Mapping[str, Any]) -> Optional[str]:
+    totals = result.get("totals") or {}
+    ceilings = result.get("ceilings") or {}
+    regime = (result.get("verdict") or {}).get("regime")
+    flops = (totals.get("flops_fraction"), ceilings.get("peak_flops_per_s"), fmt_rate_flops)
+    bandwidth = (totals.get("bandwidth_fraction"), ceilings.get("bandwidth_bytes_per_s"), fmt_rate_bytes)
+    order = [flops, bandwidth] if regime == "compute-bound" else [bandwidth, flops]
+    for fraction, ceiling, fmt in order:
+        if fraction is not None and ceiling:
+            return f"{fmt_pct(fraction)} of {fmt(ceiling)}"
+    return None
+
+
+def lever(result: Mapping[str, Any]) -> Optional[str]:
+    levers = (result.get("verdict") or {}).get("levers") or []
+    return levers[0] if levers else None
+
+
+# --- diagnostics ---------------------------------------------------------------------------------
+
+def _line_range(lines: Sequence[str], line: int, units) -> T.Range:
+    """0-based `line`, from its first non-blank character to its end."""
+    line = max(0, min(line, len(lines) - 1)) if lines else 0
+    text = lines[line] if lines else ""
+    start = len(text) - len(text.lstrip())
+    return T.Range(start=T.Position(line, units(text[:start])), end=T.Position(line, units(text)))
+
+
+@dataclass
+class Placed:
+    """A result placed on the current text: the offset its recorded lines move by."""
+
+    result: Dict[str, Any]
+    function: Function  # where the function is now
+    offset: int  # current def line - recorded def line
+
+    def line_of(self, recorded: int) -> Optional[int]:
+        """The 0-based current line of a recorded 1-based line inside the function, else None."""
+        row = recorded + self.offset
+        if self.function.first_line <= row <= self.function.last_line:
+            return row - 1
+        return None
+
+
+def verdict_message(result: Mapping[str, Any]) -> str:
+    qualname = (result.get("target") or {}).get("qualname", "?")
+    verdict = result.get("verdict") or {}
+    device = result.get("device") or {}
+    text = f"{qualname}: {headline(result)} on {device.get('kind', '?')}"
+    summary = verdict.get("summary")
+    if summary:
+        text += f" — {summary}"
+    if lever(result):
+        text += f". Lever: {lever(result)}"
+    return text
+
+
+def error_message(result: Mapping[str, Any]) -> str:
+    error = result.get("error") or {}
+    qualname = (result.get("target") or {}).get("qualname", "?")
+    return f"{qualname}: profiling failed ({error.get('kind', 'error')}): {error.get('message', '')}"
+
+
+def diagnostics(placed: Placed, lines: Sequence[str], units) -> List[T.Diagnostic]:
+    result = placed.result
+    def_line = placed.function.def_line - 1
+    out: List[T.Diagnostic] = []
+    if result.get("status") != "ok":
+        out.append(T.Diagnostic(range=_line_range(lines, def_line, units), message=error_message(result),
+                                severity=T.DiagnosticSeverity.Information, source=PROFILE_SOURCE,
+                                code=f"profile-{(result.get('error') or {}).get('kind', 'error')}"))
+        return out
+    out.append(T.Diagnostic(range=_line_range(lines, def_line, units), message=verdict_message(result),
+                            severity=T.DiagnosticSeverity.Information, source=PROFILE_SOURCE,
+                            code=(result.get("verdict") or {}).get("regime")))
+    path = (result.get("target") or {}).get("file")
+    for entry in result.get("lines") or []:
+        if path and entry.get("file") and entry.get("file") != path:
+            continue
+        line = placed.line_of(entry.get("line", 0))
+        if line is None or line == def_line:
+            continue
+        out.append(T.Diagnostic(range=_line_range(lines, line, units), message=line_message(entry),
+                                severity=T.DiagnosticSeverity.Information, source=PROFILE_SOURCE,
+                                code=entry.get("regime")))
+    return out
+
+
+def line_message(entry: Mapping[str, Any]) -> str:
+    text = f"{fmt_pct(entry.get('share'))} of the call ({fmt_time(entry.get('time_us'))}), {entry.get('regime', '?')}"
+    if entry.get("flops") or entry.get("bytes"):
+        text += f"; {_si(entry.get('flops') or 0, 'FLOP')}, {_si(entry.get('bytes') or 0, 'B')}"
+    ops = entry.get("top_ops") or []
+    if ops:
+        text += f"; ops: {', '.join(ops)}"
+    return text
+
+
+def measured_costs(placed: Placed) -> Dict[int, str]:
+    """0-based current line -> the measured cost on it, for static findings on measured lines."""
+    result = placed.result
+    if result.get("status") != "ok":
+        return {}
+    qualname = (result.get("target") or {}).get("qualname", "?")
+    out: Dict[int, str] = {}
+    for sync in result.get("syncs") or []:
+        line = placed.line_of(sync.get("line", 0))
+        if line is not None and sync.get("share"):
+            out[line] = (f"measured: {fmt_pct(sync.get('share'))} of {qualname}'s call spent waiting on this sync "
+                         f"({fmt_time(sync.get('blocked_us'))})")
+    for entry in result.get("lines") or []:
+        line = placed.line_of(entry.get("line", 0))
+        if line is not None and line not in out:
+            out[line] = (f"measured: {fmt_pct(entry.get('share'))} of {qualname}'s call "
+                         f"({fmt_time(entry.get('time_us'))}, {entry.get('regime', '?')})")
+    return out
+
+
+def with_measured_cost(diag: T.Diagnostic, cost: str) -> T.Diagnostic:
+    return T.Diagnostic(range=diag.range, message=f"{diag.message} — {cost}", severity=diag.severity,
+                        code=diag.code, code_description=diag.code_description, source=diag.source,
+                        tags=diag.tags, related_information=diag.related_information, data=diag.data)
+
+
+# --- hover -----------------------------------------------------------------------------------------
+
+def hover_text(result: Mapping[str, Any], stale: bool, result_file: Optional[str],
+               plot_uri: Optional[str] = None) -> str:
+    target = result.get("target") or {}
+    title = f"**perflsp profile: {target.get('qualname', '?')}**"
+    if stale:
+        title += " *(stale: the function changed since it was profiled; run Profile again)*"
+    if result.get("status") != "ok":
+        error = result.get("error") or {}
+        text = [title, f"Profiling failed ({error.get('kind')}): {error.get('message', '')}"]
+        if error.get("traceback"):
+            text.append("```\n" + str(error["traceback"]).rstrip() + "\n```")
+        return "\n\n".join(text)
+    verdict = result.get("verdict") or {}
+    timing = result.get("timing") or {}
+    totals = result.get("totals") or {}
+    ceilings = result.get("ceilings") or {}
+    device = result.get("device") or {}
+    rows = [
+        ("verdict", f"**{verdict.get('regime')}**"),
+        ("device", f"{device.get('kind', '?')}: {device.get('name', '?')}"),
+        ("time", f"median {fmt_time(timing.get('median_us'))} (p10 {fmt_time(timing.get('p10_us'))}, "
+                 f"p90 {fmt_time(timing.get('p90_us'))}, {timing.get('calls', '?')} calls)"),
+        ("FLOPs", _si(totals.get("flops"), "FLOP")),
+        ("bytes", _si(totals.get("bytes"), "B")),
+        ("intensity", "?" if totals.get("intensity_flop_per_byte") is None
+         else f"{totals['intensity_flop_per_byte']:.3g} FLOP/B (ridge {ceilings.get('ridge_flop_per_byte', 0):.3g})"),
+        ("compute", f"{fmt_rate_flops(totals.get('attained_flops_per_s'))} = {fmt_pct(totals.get('flops_fraction'))} "
+                    f"of {fmt_rate_flops(ceilings.get('peak_flops_per_s'))} ({ceilings.get('dtype', '?')})"),
+        ("memory", f"{fmt_rate_bytes(totals.get('attained_bytes_per_s'))} = {fmt_pct(totals.get('bandwidth_fraction'))} "
+                   f"of {fmt_rate_bytes(ceilings.get('bandwidth_bytes_per_s'))}"),
+    ]
+    text = [title, "| | |\n| --- | --- |\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)]
+    if verdict.get("summary"):
+        text.append(str(verdict["summary"]))
+    for reason in verdict.get("reasons") or []:
+        text.append(f"- because {reason}")
+    for item in verdict.get("levers") or []:
+        text.append(f"- lever: {item}")
+    for note in verdict.get("notes") or []:
+        text.append(f"- note: {note}")
+    lines = result.get("lines") or []
+    if lines:
+        table = ["| line | time | share | FLOPs | bytes | regime | code |", "| ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+        for entry in lines:
+            code = str(entry.get("code", "")).replace("|", "\\|")
+            table.append(f"| {entry.get('line')} | {fmt_time(entry.get('time_us'))} | {fmt_pct(entry.get('share'))} | "
+                         f"{_si(entry.get('flops'), '')} | {_si(entry.get('bytes'), 'B')} | {entry.get('regime')} | "
+                         f"`{code}` |")
+        text.append("\n".join(table))
+    if plot_uri:
+        text.append(f"[Open the roofline plot]({plot_uri})")
+    if result_file:
+        text.append(f"Result: `{result_file}`")
+    return "\n\n".join(text)

@@ -1,0 +1,589 @@
+""""Profile this function": runs the runtime as a subprocess and keeps its results for the editor.
+
+The server never imports the runtime or torch: it spawns `<interpreter> -m perflsp.runtime profile
+<file.py:qualname> --json <tmp> --progress json --workspace <folder> ...` in its own process group,
+turns the runtime's JSON progress lines (stderr) into `$/progress`, and reads the result. Cancel
+(the progress's button, or `$/cancelRequest` of the command) interrupts the runtime, which kills
+its profiling process, then kills whatever is left of the process tree.
+
+Results persist where the runtime writes them (`<workspace>/.perflsp/profiles/`), are loaded when a
+file opens and shown while the function's source hash (`perflsp.profile_result`) matches the
+editor's text; a result whose function changed is stale and is not shown.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+
+from lsprotocol import types as T
+from pygls.uris import to_fs_path
+
+from perflsp.profile_result import ResultError, function_source_sha256, read_result, result_filename, results_dir
+from perflsp.server import profile_view as view
+
+if TYPE_CHECKING:
+    from perflsp.server.app import PerflspServer
+
+log = logging.getLogger("perflsp.server")
+
+PHASES = {
+    "start": "starting", "import": "importing the target", "peaks": "measuring device ceilings (cached afterwards)",
+    "setup": "building inputs", "program": "running the program", "warm-up": "warming up", "timing": "timing",
+    "profile": "profiling", "attribution": "attributing ops to lines", "analysis": "analysing",
+}
+PREFLIGHT = ("import importlib.util as u; print(u.find_spec('perflsp') is not None, "
+             "u.find_spec('torch') is not None)")
+KILL_GRACE_S = 0.5  # after SIGINT, the runtime's own cleanup gets this long before SIGKILL
+
+
+@dataclass
+class Entry:
+    result: Dict[str, Any]
+    file: Optional[str]  # the result file on disk (None: shown only, e.g. a usage error)
+
+
+@dataclass
+class Job:
+    path: str
+    qualname: str
+    process: Optional[asyncio.subprocess.Process] = None
+    cancelled: bool = False
+    token: Optional[str] = None
+    stderr: List[str] = field(default_factory=list)
+
+
+def resolve_interpreter(setting: Sequence[str], workspace: Path) -> Tuple[List[str], str]:
+    """The python that runs the profiler, and where the choice came from."""
+    if setting:
+        return list(setting), "the perflsp.interpreter setting"
+    venv = os.environ.get("VIRTUAL_ENV")
+    if venv:
+        for name in ("bin/python", "Scripts/python.exe"):
+            if (Path(venv) / name).exists():
+                return [str(Path(venv) / name)], "$VIRTUAL_ENV"
+    for name in (".venv/bin/python", ".venv/Scripts/python.exe", "venv/bin/python"):
+        if (workspace / name).exists():
+            return [str(workspace / name)], f"the workspace's {name.split('/')[0]}"
+    return [sys.executable], "the language server's own interpreter"
+
+
+def _descendants(pid: int) -> List[int]:
+    """Every process below `pid` (Linux /proc); the runtime puts its worker in a session of its own."""
+    children: Dict[int, List[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as handle:
+                stat = handle.read()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    out: List[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _kill_tree(pid: int) -> None:
+    for target in [pid, *_descendants(pid)]:
+        try:
+            os.killpg(os.getpgid(target), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+        try:
+            os.kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+
+
+class Profiler:
+    def __init__(self, server: "PerflspServer"):
+        self.server = server
+        self.running: Dict[Tuple[str, str], Job] = {}
+        self.entries: Dict[str, Dict[str, Entry]] = {}  # resolved file path -> qualname -> result
+        self.tasks: set = set()
+
+    # --- where things are --------------------------------------------------------------------------
+
+    @staticmethod
+    def file_of(uri: str) -> Optional[str]:
+        path = to_fs_path(uri) if uri.startswith("file:") else None
+        return os.path.realpath(path) if path and path.endswith(".py") else None
+
+    def workspace_for(self, path: str) -> Path:
+        best: Optional[str] = None
+        for _, folder in self.server.folder_paths():
+            folder = os.path.realpath(folder)
+            if (path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)) and (best is None or len(folder) > len(best)):
+                best = folder
+        return Path(best) if best else Path(path).parent
+
+    def text_of(self, uri: str) -> Optional[str]:
+        doc = self.server.workspace.text_documents.get(uri)
+        return doc.source if doc is not None else None
+
+    # --- results ---------------------------------------------------------------------------------------
+
+    def opened(self, uri: str) -> None:
+        """Load the persisted results of this file's functions."""
+        path = self.file_of(uri)
+        if path is None:
+            return
+        found: Dict[str, Entry] = {}
+        folder = results_dir(self.workspace_for(path))
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            names = []
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            try:
+                result = read_result(folder / name)
+            except ResultError as exc:
+                log.info("perflsp: %s", exc)
+                continue
+            target = result.get("target") or {}
+            if target.get("file") and os.path.realpath(target["file"]) == path and target.get("qualname"):
+                found[target["qualname"]] = Entry(result, str(folder / name))
+        self.entries[path] = found
+        if found:
+            log.info("perflsp: loaded %d profile result(s) for %s", len(found), path)
+
+    def closed(self, uri: str) -> None:
+        path = self.file_of(uri)
+        if path is not None:
+            self.entries.pop(path, None)
+
+    def placed(self, uri: str, text: Optional[str] = None) -> List[Tuple[view.Placed, Entry]]:
+        """The results that still match the text (fresh), placed on its current lines."""
+        path = self.file_of(uri)
+        entries = self.entries.get(path or "", {})
+        if not entries:
+            return []
+        text = text if text is not None else self.text_of(uri)
+        if text is None:
+            return []
+        funcs = {f.qualname: f for f in view.functions(text)}
+        out = []
+        for qualname, entry in entries.items():
+            function = funcs.get(qualname)
+            if function is None or self.stale(entry, text):
+                continue
+            recorded = (entry.result.get("target") or {}).get("def_line") or function.def_line
+            out.append((view.Placed(entry.result, function, function.def_line - recorded), entry))
+        return out
+
+    @staticmethod
+    def stale(entry: Entry, text: str) -> bool:
+        target = entry.result.get("target") or {}
+        recorded = target.get("source_sha256")
+        if not recorded:
+            return False  # a run that failed before reading the file: shown until replaced
+        current, _ = function_source_sha256(text, target.get("qualname", ""))
+        return current != recorded
+
+    def decorate(self, uri: str, diagnostics: Sequence[T.Diagnostic]) -> List[T.Diagnostic]:
+        """The static diagnostics with measured costs appended, plus the profile diagnostics."""
+        placed = self.placed(uri)
+        if not placed:
+            return list(diagnostics)
+        text = self.text_of(uri) or ""
+        lines = text.split("\n")
+        units = self.server.encoder.units
+        costs: Dict[int, str] = {}
+        extra: List[T.Diagnostic] = []
+        for where, _ in placed:
+            costs.update(view.measured_costs(where))
+            extra.extend(view.diagnostics(where, lines, units))
+        out = [view.with_measured_cost(d, costs[d.range.start.line])
+               if d.source != view.PROFILE_SOURCE and d.range.start.line in costs else d for d in diagnostics]
+        return out + extra
+
+    def key(self, uri: str) -> str:
+        """Changes whenever the shown profile diagnostics may change (part of pull result ids)."""
+        placed = self.placed(uri)
+        return "" if not placed else "-p" + str(abs(hash(tuple(
+            (e.result.get("created_at"), w.offset, w.function.def_line) for w, e in placed))))
+
+    def republish(self, uri: str) -> None:
+        if self.server.pull:
+            self.server.refresh_diagnostics()
+        else:
+            found = self.server.unit_for(uri)
+            static: Sequence[T.Diagnostic] = []
+            version = None
+            if found is not None and found[0].result is not None:
+                part = found[0].result.part(uri)
+                if part is not None:
+                    static, version = part.diagnostics, part.part.version
+            self.server.push(uri, static, version)
+        if self.server.capability("workspace.code_lens.refresh_support"):
+            self.server.workspace_code_lens_refresh(None)
+
+    # --- code lens, code action, hover -----------------------------------------------------------------
+
+    def code_lenses(self, uri: str) -> List[T.CodeLens]:
+        if self.file_of(uri) is None:
+            return []
+        text = self.text_of(uri)
+        if text is None:
+            return []
+        shown = {w.function.qualname: w.result for w, _ in self.placed(uri, text)}
+        lines = text.split("\n")
+        lenses = []
+        for function in view.functions(text):
+            result = shown.get(function.qualname)
+            if not function.marked and result is None:
+                continue
+            rng = view._line_range(lines, function.def_line - 1, self.server.encoder.units)
+            if result is None:
+                title, command = "▶ Profile", "perflsp.profileFunction"
+            else:
+                title = "▶ " + (view.headline(result) or f"profile failed ({(result.get('error') or {}).get('kind')})")
+                command = "perflsp.profileAgain"
+            lenses.append(T.CodeLens(range=rng, command=T.Command(title=title, command=command,
+                                                                  arguments=[uri, function.qualname])))
+        return lenses
+
+    def code_action(self, uri: str, rng: T.Range) -> Optional[T.CodeAction]:
+        if self.file_of(uri) is None:
+            return None
+        text = self.text_of(uri)
+        function = view.function_at(text, rng.start.line) if text is not None else None
+        if function is None:
+            return None
+        return T.CodeAction(title=f"Profile this function ({function.qualname})",
+                            command=T.Command(title="Profile this function", command="perflsp.profileFunction",
+                                              arguments=[uri, function.qualname]))
+
+    def hover(self, uri: str, position: T.Position) -> Optional[str]:
+        path = self.file_of(uri)
+        text = self.text_of(uri)
+        if path is None or text is None or not self.entries.get(path):
+            return None
+        for function in view.functions(text):
+            if function.def_line - 1 == position.line:
+                entry = self.entries[path].get(function.qualname)
+                if entry is not None:
+                    plot = plot_path(self.workspace_for(path), path, function.qualname)
+                    return view.hover_text(entry.result, self.stale(entry, text), entry.file,
+                                           plot.as_uri() if plot.exists() else None)
+        return None
+
+    # --- running ---------------------------------------------------------------------------------------
+
+    def message(self, kind: T.MessageType, text: str) -> None:
+        self.server.window_show_message(T.ShowMessageParams(type=kind, message=f"perflsp: {text}"))
+
+    def clear(self, uri: str, qualname: Optional[str]) -> Dict[str, Any]:
+        path = self.file_of(uri)
+        entries = self.entries.get(path or "", {})
+        removed = []
+        for name in [qualname] if qualname else list(entries):
+            entry = entries.pop(name, None) if name else None
+            if entry is None:
+                continue
+            removed.append(name)
+            if entry.file:
+                for file in (entry.file, str(plot_path(self.workspace_for(path or ""), path or "", name))):
+                    try:
+                        os.unlink(file)
+                    except OSError:
+                        pass
+        self.republish(uri)
+        return {"status": "cleared", "functions": removed}
+
+    async def profile(self, uri: str, qualname: Optional[str]) -> Dict[str, Any]:
+        path = self.file_of(uri)
+        if path is None:
+            self.message(T.MessageType.Error, f"can only profile functions of saved .py files, not {uri}")
+            return {"status": "refused", "message": "not a .py file"}
+        editor = self.server.editor_for_uri(uri)
+        if not editor.profile_enabled:
+            text = ("profiling is disabled (perflsp.profile.enabled is false, e.g. in an untrusted workspace): "
+                    "it runs your code")
+            self.message(T.MessageType.Warning, text)
+            return {"status": "refused", "message": text}
+        text = self.text_of(uri)
+        if text is None:
+            try:
+                text = Path(path).read_text(encoding="utf-8")
+            except OSError as exc:
+                self.message(T.MessageType.Error, f"cannot read {path}: {exc}")
+                return {"status": "refused", "message": str(exc)}
+        if not qualname:
+            self.message(T.MessageType.Error, "which function? perflsp.profileFunction takes (uri, function)")
+            return {"status": "refused", "message": "no function given"}
+        if qualname not in {f.qualname for f in view.functions(text)}:
+            self.message(T.MessageType.Error, f"no function {qualname} in {path}")
+            return {"status": "refused", "message": f"no function {qualname}"}
+        key = (path, qualname)
+        if key in self.running:
+            text = f"{qualname} is already being profiled: wait for that run or cancel it"
+            self.message(T.MessageType.Warning, text)
+            return {"status": "busy", "message": text}
+        try:
+            disk = Path(path).read_text(encoding="utf-8")
+        except OSError:
+            disk = None
+        if disk is not None and function_source_sha256(disk, qualname)[0] != function_source_sha256(text, qualname)[0]:
+            self.message(T.MessageType.Warning, f"{qualname} has unsaved changes: the saved version is profiled")
+        job = Job(path, qualname)
+        self.running[key] = job
+        try:
+            return await self._run(uri, job, editor)
+        finally:
+            self.running.pop(key, None)
+            if job.process is not None and job.process.returncode is None:
+                self._kill(job)
+
+    def _kill(self, job: Job) -> None:
+        proc = job.process
+        if proc is None or proc.returncode is not None:
+            return
+        tree = _descendants(proc.pid)
+        try:
+            os.killpg(proc.pid, signal.SIGINT)  # the runtime kills its profiling process on Ctrl-C
+        except (ProcessLookupError, PermissionError):
+            pass
+        loop = asyncio.get_running_loop()
+
+        def finish() -> None:
+            _kill_tree(proc.pid)
+            for pid in tree:  # those the runtime started in sessions of their own
+                _kill_tree(pid)
+
+        loop.call_later(KILL_GRACE_S, finish)
+
+    def cancel(self, job: Job) -> None:
+        if not job.cancelled:
+            job.cancelled = True
+            log.info("perflsp: profiling %s cancelled", job.qualname)
+            self._kill(job)
+
+    async def _run(self, uri: str, job: Job, editor: Any) -> Dict[str, Any]:
+        workspace = self.workspace_for(job.path)
+        interpreter, origin = resolve_interpreter(editor.interpreter, workspace)
+        shown = shlex.join(interpreter)
+        problem = await self._preflight(interpreter, workspace)
+        if problem is not None:
+            text = (f"cannot profile {job.qualname}: {problem} in the interpreter {shown} (chosen from {origin}); "
+                    "install it there, or set perflsp.interpreter to a python that has torch and perflsp")
+            self.message(T.MessageType.Error, text)
+            return {"status": "error", "kind": "environment", "message": text}
+        out_dir = tempfile.mkdtemp(prefix="perflsp-profile-")
+        out = os.path.join(out_dir, "result.json")
+        command = [*interpreter, "-m", "perflsp.runtime", "profile", f"{job.path}:{job.qualname}", "--json", out,
+                   "--progress", "json", "--workspace", str(workspace)]
+        if editor.profile_timeout:
+            command += ["--timeout", f"{editor.profile_timeout:g}"]
+        if editor.profile_min_time:
+            command += ["--min-time", f"{editor.profile_min_time:g}"]
+        plot = plot_path(workspace, job.path, job.qualname)
+        command += ["--plot", str(plot)]
+        self.server.window_log_message(T.LogMessageParams(
+            type=T.MessageType.Info, message=f"perflsp: profiling {job.qualname}: cd {shlex.quote(str(workspace))} && "
+                                             f"{shlex.join(command)}"))
+        token = await self._progress_begin(job)
+        started = time.monotonic()
+        try:
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            job.process = await asyncio.create_subprocess_exec(
+                *command, cwd=str(workspace), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True, env=env)
+            if job.cancelled:  # Cancel pressed while it started
+                self._kill(job)
+            stdout_task = asyncio.ensure_future(job.process.stdout.read())
+            await self._follow(job, token)
+            # The runtime enforces its own timeout; this only guards against a runtime that hangs.
+            limit = (editor.profile_timeout or 300.0) + 60.0
+            try:
+                code = await asyncio.wait_for(job.process.wait(), timeout=limit)
+            except asyncio.TimeoutError:
+                self._kill(job)
+                code = await job.process.wait()
+            stdout = (await stdout_task).decode("utf-8", "replace")
+            elapsed = time.monotonic() - started
+            if job.cancelled:
+                text = f"profiling {job.qualname} cancelled"
+                self._progress_end(token, "cancelled")
+                self.message(T.MessageType.Info, text)
+                return {"status": "cancelled", "message": text}
+            return self._finish(uri, job, code, out, stdout, shown, origin, token, elapsed)
+        except FileNotFoundError as exc:
+            text = f"cannot start the interpreter {shown} (chosen from {origin}): {exc}"
+            self._progress_end(token, "failed")
+            self.message(T.MessageType.Error, text)
+            return {"status": "error", "kind": "environment", "message": text}
+        except BaseException:  # $/cancelRequest (CancelledError) or a bug: never leave the run behind
+            job.cancelled = True
+            self._progress_end(token, "cancelled")
+            raise
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
+
+    async def _preflight(self, interpreter: List[str], workspace: Path) -> Optional[str]:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *interpreter, "-c", PREFLIGHT, cwd=str(workspace), stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+        except (OSError, asyncio.TimeoutError) as exc:
+            return f"the interpreter could not be started ({exc})"
+        words = out.decode("utf-8", "replace").split()
+        if proc.returncode != 0 or len(words) != 2:
+            return f"the interpreter failed ({err.decode('utf-8', 'replace').strip()[-300:]})"
+        if words[0] != "True":
+            return "perflsp is not installed (pip install 'perflsp[runtime]')"
+        if words[1] != "True":
+            return "torch is not installed"
+        return None
+
+    async def _follow(self, job: Job, token: Optional[str]) -> None:
+        assert job.process is not None and job.process.stderr is not None
+        while True:
+            raw = await job.process.stderr.readline()
+            if not raw:
+                return
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            try:
+                event = json.loads(line) if line.startswith("{") else None
+            except ValueError:
+                event = None
+            if not isinstance(event, dict) or "event" not in event:
+                job.stderr.append(line)
+                del job.stderr[:-200]
+                continue
+            if token is None:
+                continue
+            phase = PHASES.get(event.get("phase", ""), event.get("phase", ""))
+            if event["event"] == "phase":
+                detail = event.get("detail")
+                self._progress_report(token, phase + (f" ({detail})" if detail else ""), None)
+            elif event["event"] == "progress":
+                done, total, fraction = event.get("done"), event.get("total"), event.get("fraction")
+                count = f"{done}/{total}" if total else f"{done}"
+                percent = int(min(max(fraction, 0.0), 1.0) * 100) if isinstance(fraction, (int, float)) else None
+                self._progress_report(token, f"{phase}: {count} {event.get('unit', '')}".rstrip(), percent)
+
+    def _finish(self, uri: str, job: Job, code: int, out: str, stdout: str, shown: str, origin: str,
+                token: Optional[str], elapsed: float) -> Dict[str, Any]:
+        result: Optional[Dict[str, Any]] = None
+        if os.path.exists(out):
+            try:
+                result = read_result(out)
+            except ResultError as exc:
+                log.error("perflsp: %s", exc)
+        if result is None:
+            tail = "\n".join(job.stderr[-15:]) or stdout.strip()[-1500:]
+            missing = "No module named 'torch'" in tail
+            text = (f"profiling {job.qualname} failed: torch is not installed in the interpreter {shown} "
+                    f"(chosen from {origin})" if missing else
+                    f"profiling {job.qualname} failed (exit status {code}, interpreter {shown}) without a result: "
+                    f"{tail[-800:]}")
+            self._progress_end(token, "failed")
+            self.message(T.MessageType.Error, text)
+            return {"status": "error", "kind": "crash", "message": text, "exit_code": code}
+        target = result.get("target") or {}
+        stored = None
+        if target.get("module"):
+            from perflsp.profile_result import result_path
+
+            candidate = result_path(self.workspace_for(job.path), target["module"], job.qualname)
+            stored = str(candidate) if candidate.exists() else None
+        self.entries.setdefault(job.path, {})[job.qualname] = Entry(result, stored)
+        self.republish(uri)
+        if result.get("status") == "ok":
+            headline = view.headline(result) or ""
+            self._progress_end(token, headline)
+            log.info("perflsp: profiled %s in %.1f s: %s", job.qualname, elapsed, headline)
+            return {"status": "ok", "regime": (result.get("verdict") or {}).get("regime"), "headline": headline,
+                    "exit_code": code}
+        error = result.get("error") or {}
+        kind = error.get("kind", "error")
+        text = f"profiling {job.qualname} failed ({kind}): {error.get('message', '')}"
+        frame = _user_frame(error.get("traceback"), job.path)
+        if frame and kind == "exception":
+            text += f" at {frame}"
+        if kind == "usage" and "setup=" not in text:
+            text += (" (give the function inputs: @perflsp.profile(setup=make_inputs), or set "
+                     "[tool.perflsp] profile-command)")
+        self._progress_end(token, f"failed: {kind}")
+        self.message(T.MessageType.Error, text)
+        return {"status": "error", "kind": kind, "message": text, "exit_code": code}
+
+    # --- $/progress --------------------------------------------------------------------------------------
+
+    async def _progress_begin(self, job: Job) -> Optional[str]:
+        if not self.server.capability("window.work_done_progress"):
+            return None
+        token = f"perflsp-profile-{uuid.uuid4().hex[:12]}"
+        try:
+            await self.server.work_done_progress.create_async(token)
+        except Exception as exc:  # the client refused: run without progress
+            log.info("perflsp: no progress for profiling: %s", exc)
+            return None
+        job.token = token
+        self.server.work_done_progress.begin(token, T.WorkDoneProgressBegin(
+            title=f"Profiling {job.qualname}", cancellable=True, message="starting", percentage=0))
+        future = self.server.work_done_progress.tokens.get(token)
+        if future is not None:
+            loop = asyncio.get_running_loop()
+            future.add_done_callback(lambda f: loop.call_soon_threadsafe(self.cancel, job) if f.cancelled() else None)
+        return token
+
+    def _progress_report(self, token: str, message: str, percentage: Optional[int]) -> None:
+        self.server.work_done_progress.report(token, T.WorkDoneProgressReport(message=message, percentage=percentage,
+                                                                              cancellable=True))
+
+    def _progress_end(self, token: Optional[str], message: str) -> None:
+        if token is not None:
+            self.server.work_done_progress.end(token, T.WorkDoneProgressEnd(message=message))
+            self.server.work_done_progress.tokens.pop(token, None)
+
+    def shutdown(self) -> None:
+        for job in list(self.running.values()):
+            job.cancelled = True
+            if job.process is not None and job.process.returncode is None:
+                _kill_tree(job.process.pid)
+
+
+def plot_path(workspace: Path, path: str, qualname: str) -> Path:
+    """The roofline plot (self-contained HTML) the hover links to, beside the results."""
+    return results_dir(workspace) / result_filename(Path(path).stem, qualname).replace(".json", ".roofline.html")
+
+
+def _user_frame(traceback: Optional[str], path: str) -> Optional[str]:
+    """`file.py:12 in step` for the innermost frame of the user's traceback in the profiled file, else any file."""
+    if not traceback:
+        return None
+    import re
+
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', traceback)
+    if not frames:
+        return None
+    mine = [f for f in frames if os.path.realpath(f[0]) == path] or frames
+    file, line, name = mine[-1]
+    return f"{os.path.basename(file)}:{line} in {name}"

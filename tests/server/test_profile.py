@@ -1,0 +1,289 @@
+""""Profile this function" end to end: the real server, the real runtime subprocess, real torch on CPU.
+
+Each run pays the runtime's start (importing torch, ~3 s here); the timing window is kept tiny with
+the `profile.minTime` setting.
+"""
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from lsprotocol import types as T
+
+from conftest import NEOVIM
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.filterwarnings("error::pytest_lsp.LspSpecificationWarning")
+
+FAST = {"profile": {"minTime": 0.02, "timeout": 60}}
+
+KERNELS = """\
+import time
+
+import torch
+import perflsp
+
+
+def make():
+    return (torch.randn(32, 32), torch.randn(32, 32))
+
+
+@perflsp.profile(setup=make)
+def step(a, b):
+    c = a @ b
+    d = c.relu() + a
+    for _ in range(3):
+        d = d * 2
+        total = d.sum().item()
+    return total
+
+
+def no_inputs(a):
+    return a * 2
+
+
+@perflsp.profile(setup=make)
+def boom(a, b):
+    c = a + b
+    raise ValueError("shapes do not line up")
+
+
+@perflsp.profile(setup=make)
+def slow(a, b):
+    time.sleep(120)
+    return a
+"""
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.split("\n")) if needle in line)
+
+
+def title_and_command(item):
+    """lsprotocol parses a CodeAction carrying a command as a bare Command on the client side."""
+    if isinstance(item, T.Command):
+        inner = item.command
+        if isinstance(inner, str) and inner.startswith("{"):  # the CodeAction's own `command`, as a repr
+            inner = ast.literal_eval(inner)
+        if isinstance(inner, dict):
+            return item.title, T.Command(title=inner["title"], command=inner["command"], arguments=inner.get("arguments"))
+        return item.title, item
+    return item.title, item.command
+
+
+async def profile(session, uri: str, function: str, command: str = "perflsp.profileFunction"):
+    return await asyncio.wait_for(session.client.workspace_execute_command_async(
+        T.ExecuteCommandParams(command=command, arguments=[uri, function])), timeout=90)
+
+
+def shown(session):
+    return [m.message for m in session.client.messages]
+
+
+def profile_diags(diags):
+    return [d for d in diags if d.source == "perflsp-profile"]
+
+
+async def test_profile_action_progress_and_verdict_on_the_right_lines(start):
+    session = await start(NEOVIM, init_options={"settings": FAST})
+    uri = session.open("kernels.py", KERNELS)
+    await session.diagnostics(uri, version=1)
+    assert "perflsp.profileFunction" in session.result.capabilities.execute_command_provider.commands
+
+    # The action appears anywhere inside a def, naming the innermost function.
+    items = await session.actions(uri, line_of(KERNELS, "d = c.relu()"))
+    titles = {title_and_command(i)[0]: title_and_command(i)[1] for i in items}
+    assert "Profile this function (step)" in titles
+    command = titles["Profile this function (step)"]
+    assert command.command == "perflsp.profileFunction" and command.arguments == [uri, "step"]
+    assert not [i for i in await session.actions(uri, line_of(KERNELS, "import time")) if "Profile" in i.title]
+
+    # Marked functions carry a lens before any result.
+    lenses = await session.client.text_document_code_lens_async(T.CodeLensParams(T.TextDocumentIdentifier(uri)))
+    assert {(l.range.start.line, l.command.title) for l in lenses} >= {(line_of(KERNELS, "def step"), "▶ Profile")}
+
+    reply = await session.client.workspace_execute_command_async(T.ExecuteCommandParams(
+        command=command.command, arguments=command.arguments))
+    assert reply["status"] == "ok", reply
+
+    # $/progress: begin (cancellable), reports of the runtime's phases, end.
+    [reports] = [r for r in session.client.progress_reports.values() if r and getattr(r[0], "title", "") == "Profiling step"]
+    assert isinstance(reports[0], T.WorkDoneProgressBegin) and reports[0].cancellable
+    assert any("timing" in (r.message or "") for r in reports if isinstance(r, T.WorkDoneProgressReport))
+    assert isinstance(reports[-1], T.WorkDoneProgressEnd)
+
+    diags = await session.diagnostics(uri, where=lambda ds: bool(profile_diags(ds)))
+    measured = profile_diags(diags)
+    verdict = [d for d in measured if d.range.start.line == line_of(KERNELS, "def step")]
+    assert len(verdict) == 1 and verdict[0].severity == T.DiagnosticSeverity.Information
+    regime = reply["regime"]
+    assert regime in verdict[0].message and "Lever:" in verdict[0].message and " of " in verdict[0].message
+    body = range(line_of(KERNELS, "c = a @ b"), line_of(KERNELS, "return total") + 1)
+    lines = [d for d in measured if d not in verdict]
+    assert lines and all(d.range.start.line in body for d in lines)
+    assert all("% of the call" in d.message for d in lines)
+    # The static finding on a measured line gets the measured cost.
+    [item] = [d for d in diags if d.source == "perflsp" and d.code == "PFL101"]
+    assert item.range.start.line == line_of(KERNELS, "total = d.sum().item()")
+    assert item.range.start.line in {d.range.start.line for d in lines}
+    assert "measured:" in item.message and "of step's call" in item.message
+
+    # Persisted, and the lens now reads the verdict.
+    assert list((session.root / ".perflsp" / "profiles").glob("*.step.json"))
+    lenses = await session.client.text_document_code_lens_async(T.CodeLensParams(T.TextDocumentIdentifier(uri)))
+    [lens] = [l for l in lenses if l.range.start.line == line_of(KERNELS, "def step")]
+    assert lens.command.title.startswith(f"▶ {regime} · ") and lens.command.command == "perflsp.profileAgain"
+
+    hover = await session.client.text_document_hover_async(T.HoverParams(
+        T.TextDocumentIdentifier(uri), T.Position(line_of(KERNELS, "def step"), 5)))
+    for word in ("time", "FLOPs", "bytes", "intensity", "compute", "memory", "| line |", "roofline plot](file://"):
+        assert word in hover.contents.value
+    assert any("perflsp.runtime profile" in m.message and "kernels.py:step" in m.message
+               for m in session.client.log_messages)  # the exact command line is logged
+
+    # Reopened by a new server: the result is loaded from disk and published again.
+    session.client.text_document_did_close(T.DidCloseTextDocumentParams(T.TextDocumentIdentifier(uri)))
+    other = await start(NEOVIM, init_options={"settings": FAST}, root=session.root)
+    uri2 = other.open("kernels.py")
+    diags = await other.diagnostics(uri2, where=lambda ds: bool(profile_diags(ds)))
+    assert any(d.range.start.line == line_of(KERNELS, "def step") for d in profile_diags(diags))
+
+    # An edit elsewhere moves the lines along; an edit of the function makes the result stale.
+    moved = "# a comment\n" + KERNELS
+    version = other.replace(uri2, moved)
+    diags = await other.diagnostics(uri2, version=version)
+    assert any(d.range.start.line == line_of(moved, "def step") for d in profile_diags(diags))
+    edited = moved.replace("d = d * 2", "d = d * 3")
+    version = other.replace(uri2, edited)
+    diags = await other.diagnostics(uri2, version=version)
+    assert profile_diags(diags) == []
+    lenses = await other.client.text_document_code_lens_async(T.CodeLensParams(T.TextDocumentIdentifier(uri2)))
+    assert [l.command.title for l in lenses if l.range.start.line == line_of(edited, "def step")] == ["▶ Profile"]
+
+    # Clear removes the result file.
+    other.replace(uri2, moved)
+    await other.client.workspace_execute_command_async(T.ExecuteCommandParams(
+        command="perflsp.clearProfile", arguments=[uri2, "step"]))
+    assert not list((session.root / ".perflsp" / "profiles").glob("*.step.json"))
+
+
+async def test_failures_are_shown(start, tmp_path):
+    session = await start(NEOVIM, init_options={"settings": FAST})
+    uri = session.open("kernels.py", KERNELS)
+    await session.diagnostics(uri, version=1)
+
+    reply = await profile(session, uri, "boom")
+    assert reply["status"] == "error" and reply["kind"] == "exception"
+    assert "shapes do not line up" in reply["message"] and "kernels.py:" in reply["message"]
+    assert any("shapes do not line up" in m for m in shown(session))
+    diags = await session.diagnostics(uri, where=lambda ds: bool(profile_diags(ds)))
+    assert [d.range.start.line for d in profile_diags(diags)] == [line_of(KERNELS, "def boom")]
+
+    reply = await profile(session, uri, "no_inputs")
+    assert reply["status"] == "error" and reply["kind"] == "usage"
+    assert "setup=" in reply["message"] and "profile-command" in reply["message"]
+    assert any("setup=" in m for m in shown(session))
+
+
+async def test_timeout_is_reported(start):
+    session = await start(NEOVIM, init_options={"settings": {"profile": {"minTime": 0.02, "timeout": 2}}})
+    uri = session.open("kernels.py", KERNELS)
+    reply = await profile(session, uri, "slow")
+    assert reply["status"] == "error" and reply["kind"] == "timeout", reply
+    assert "timed out" in reply["message"] and any("timed out" in m for m in shown(session))
+
+
+def _python_without_torch(tmp_path: Path) -> Path:
+    """A venv with perflsp importable but no torch (like a project env someone forgot torch in)."""
+    env = tmp_path / "notorch"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    python = env / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    import perflsp
+
+    editable = [p for d in map(Path, sys.path) if d.is_dir() for p in d.glob("__editable__*perflsp*")]
+    for path in editable:
+        shutil.copy(path, site / path.name)
+    if not editable:
+        shutil.copytree(Path(perflsp.__file__).parent, site / "perflsp")
+    return python
+
+
+async def test_missing_torch_names_the_interpreter(start, tmp_path):
+    python = _python_without_torch(tmp_path)
+    settings = dict(FAST, interpreter=[str(python)])
+    session = await start(NEOVIM, init_options={"settings": settings})
+    uri = session.open("kernels.py", KERNELS)
+    reply = await profile(session, uri, "step")
+    assert reply["status"] == "error" and "torch is not installed" in reply["message"]
+    assert str(python) in reply["message"] and any(str(python) in m for m in shown(session))
+
+
+async def test_disabled_refuses(start):
+    session = await start(NEOVIM, init_options={"settings": {"profile": {"enabled": False}}})
+    uri = session.open("kernels.py", KERNELS)
+    reply = await profile(session, uri, "step")
+    assert reply["status"] == "refused" and any("disabled" in m for m in shown(session))
+
+
+def _tree(pid: int):
+    children = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+                children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(name))
+            except (OSError, ValueError, IndexError):
+                pass
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+async def test_cancel_kills_the_run_within_2s_and_a_second_request_is_refused(start):
+    session = await start(NEOVIM, init_options={"settings": FAST})
+    uri = session.open("kernels.py", KERNELS)
+    server_pid = session.client._server.pid
+    run = asyncio.ensure_future(profile(session, uri, "slow"))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until the user's function is running (warm-up)
+        reports = [r for rs in session.client.progress_reports.values() for r in rs]
+        if any("warming up" in (getattr(r, "message", "") or "") for r in reports):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("the run never reached the warm-up")
+    busy = await profile(session, uri, "slow")
+    assert busy["status"] == "busy" and any("already being profiled" in m for m in shown(session))
+
+    tree = _tree(server_pid)
+    assert any("_worker" in Path(f"/proc/{p}/cmdline").read_text() for p in tree if _alive(p))
+    [token] = [t for t, rs in session.client.progress_reports.items() if getattr(rs[0], "title", "") == "Profiling slow"]
+    cancelled_at = time.monotonic()
+    session.client.window_work_done_progress_cancel(T.WorkDoneProgressCancelParams(token=token))
+    reply = await asyncio.wait_for(run, timeout=10)
+    assert reply["status"] == "cancelled"
+    while any(_alive(p) for p in tree) and time.monotonic() - cancelled_at < 2.0:
+        await asyncio.sleep(0.05)
+    assert not [p for p in tree if _alive(p)], "the profiling processes outlived the cancel by 2 s"
+    assert isinstance(session.client.progress_reports[token][-1], T.WorkDoneProgressEnd)
