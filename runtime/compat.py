@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
+import sys
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 DEVICE_TIME_TOTAL = ("device_time_total", "cuda_time_total")
 SELF_DEVICE_TIME_TOTAL = ("self_device_time_total", "self_cuda_time_total")
@@ -197,9 +198,12 @@ def call_flop_formula(formula: Callable[..., Any], args: Tuple[Any, ...], kwargs
 
 
 def out_of_memory_types() -> Tuple[type, ...]:
-    import torch
-
-    found = [MemoryError]
+    # Only a torch that is already imported can have raised its OOM error; importing it here would
+    # turn "torch is not installed" into a crash inside the error handler.
+    torch = sys.modules.get("torch")
+    found: List[type] = [MemoryError]
+    if torch is None:
+        return tuple(found)
     for owner, name in ((torch, "OutOfMemoryError"), (getattr(torch, "cuda", None), "OutOfMemoryError")):
         cls = getattr(owner, name, None) if owner is not None else None
         if isinstance(cls, type) and cls not in found:

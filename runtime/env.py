@@ -48,8 +48,14 @@ def last_level_cache_bytes() -> Optional[int]:
 
 
 def choose_device(requested: str) -> str:
-    """'cuda' or 'cpu' for --device auto|cpu|cuda. Asking for CUDA without one is an error."""
-    import torch
+    """'cuda' or 'cpu' for --device auto|cpu|cuda. Asking for CUDA without one, or profiling in
+    an interpreter without torch, is a usage error that names the interpreter."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise RuntimeError(f"torch cannot be imported in {sys.executable} ({exc}); install it there "
+                           f"(`{sys.executable} -m pip install torch`) or profile with the interpreter "
+                           "of your training environment") from None
 
     if requested == "cpu":
         return "cpu"

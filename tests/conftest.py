@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,3 +21,18 @@ def perflsp_cli(tmp_path):
         )
 
     return run
+
+
+def python_without_torch(tmp_path: Path) -> Path:
+    """A venv with perflsp importable but no torch (like a project env someone forgot torch in)."""
+    env = tmp_path / "notorch"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    python = env / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    editable = [p for d in map(Path, sys.path) if d.is_dir() for p in d.glob("__editable__*perflsp*")]
+    if not editable:
+        pytest.skip("perflsp is not installed in editable mode; cannot build a torch-less interpreter")
+    for path in editable:
+        shutil.copy(path, site / path.name)
+    return python

@@ -8,13 +8,13 @@ from __future__ import annotations
 import ast
 import asyncio
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import python_without_torch
 from lsprotocol import types as T
 
 from conftest import NEOVIM
@@ -200,25 +200,8 @@ async def test_timeout_is_reported(start):
     assert "timed out" in reply["message"] and any("timed out" in m for m in shown(session))
 
 
-def _python_without_torch(tmp_path: Path) -> Path:
-    """A venv with perflsp importable but no torch (like a project env someone forgot torch in)."""
-    env = tmp_path / "notorch"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
-    python = env / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
-    import perflsp
-
-    editable = [p for d in map(Path, sys.path) if d.is_dir() for p in d.glob("__editable__*perflsp*")]
-    for path in editable:
-        shutil.copy(path, site / path.name)
-    if not editable:
-        shutil.copytree(Path(perflsp.__file__).parent, site / "perflsp")
-    return python
-
-
 async def test_missing_torch_names_the_interpreter(start, tmp_path):
-    python = _python_without_torch(tmp_path)
+    python = python_without_torch(tmp_path)
     settings = dict(FAST, interpreter=[str(python)])
     session = await start(NEOVIM, init_options={"settings": settings})
     uri = session.open("kernels.py", KERNELS)
