@@ -85,6 +85,13 @@ for entry in $CASES; do
   echo "exit code $?" >> "$OUT/reference.txt"
   echo >> "$OUT/reference.txt"
 done
+# The examples' training step, through the very command the editor's "Profile this function"
+# spawns (the server itself needs pygls, which this machine lacks unless its wheels are carried).
+say "examples/train_loop.py:train_step"
+echo "== examples/train_loop.py:train_step (the editor's Profile command) ==" >> "$OUT/reference.txt"
+"$PY" -m perflsp.runtime profile "$REPO/examples/train_loop.py:train_step" --min-time 0.3 --timeout 180 \
+    --progress none --workspace "$SCRATCH/ws" --json "$SCRATCH/train_step.json" >> "$OUT/reference.txt" 2>> "$LOG"
+echo "exit code $?" >> "$OUT/reference.txt"
 # The roofline of the first case, as the editor's HTML plot would show it.
 first=${CASES%% *}
 "${PERFLSP[@]}" profile "$CASES_FILE:${first%%:*}" --min-time 0.3 --progress none --workspace "$SCRATCH/ws" \

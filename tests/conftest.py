@@ -23,6 +23,7 @@ def perflsp_cli(tmp_path):
     return run
 
 
+@pytest.fixture
 def python_without_torch(tmp_path: Path) -> Path:
     """A venv with perflsp importable but no torch (like a project env someone forgot torch in)."""
     env = tmp_path / "notorch"

@@ -1,11 +1,9 @@
 """Profiling in an interpreter without torch is a usage error that names the interpreter."""
 import subprocess
 
-from tests.conftest import python_without_torch
 
-
-def test_missing_torch_is_a_clear_usage_error(tmp_path):
-    python = python_without_torch(tmp_path)
+def test_missing_torch_is_a_clear_usage_error(tmp_path, python_without_torch):
+    python = python_without_torch
     target = tmp_path / "t.py"
     target.write_text("def f(x):\n    return x\n\ndef inputs():\n    return (1,)\n")
     proc = subprocess.run([str(python), "-m", "perflsp.runtime", "profile", f"{target}:f", "--setup", f"{target}:inputs",

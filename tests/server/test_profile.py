@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import python_without_torch
 from lsprotocol import types as T
 
 from conftest import NEOVIM
@@ -200,8 +199,8 @@ async def test_timeout_is_reported(start):
     assert "timed out" in reply["message"] and any("timed out" in m for m in shown(session))
 
 
-async def test_missing_torch_names_the_interpreter(start, tmp_path):
-    python = python_without_torch(tmp_path)
+async def test_missing_torch_names_the_interpreter(start, python_without_torch):
+    python = python_without_torch
     settings = dict(FAST, interpreter=[str(python)])
     session = await start(NEOVIM, init_options={"settings": settings})
     uri = session.open("kernels.py", KERNELS)
