@@ -101,7 +101,7 @@ $PY - "$SCRATCH/results" "$OUT" "$HAS_CUDA" "$CASES" >> "$LOG" 2>&1 <<'EOF'
 import json, sys
 from pathlib import Path
 
-from perflsp.runtime.units import byte_rate, flop_rate
+from perflsp.units import byte_rate, flop_rate
 
 results_dir, out, has_cuda, cases = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1", sys.argv[4].split()
 rows, combined = [], {}

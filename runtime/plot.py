@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from perflsp.runtime import units
+from perflsp import units
 
 
 @dataclass

@@ -7,7 +7,7 @@ import shutil
 import sys
 from typing import Any, Dict, IO, List, Optional
 
-from perflsp.runtime import units
+from perflsp import units
 
 PHASE_TEXT = {
     "start": "starting",

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from perflsp.runtime import units
+from perflsp import units
 
 SYNC_BLOCKED_SHARE = 0.20
 SYNC_IDLE_SHARE = 0.20

@@ -21,7 +21,7 @@ from perflsp.runtime.program import StopProgram, UsageError
 from perflsp.runtime.targets import (SpecSyntaxError, TargetError, TargetSpec, check_exists, import_target_module,
                                      parse_target, resolve_attribute, source_file_of)
 from perflsp.runtime.timing import TimingOptions
-from perflsp.runtime.units import byte_count
+from perflsp.units import byte_count
 
 RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 

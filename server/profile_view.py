@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from lsprotocol import types as T
 
+from perflsp import units
+
 PROFILE_SOURCE = "perflsp-profile"
 MARKERS = ("profile", "hot")
 
@@ -75,44 +77,13 @@ def function_at(text: str, line: int) -> Optional[Function]:
 
 # --- numbers ----------------------------------------------------------------------------------------
 
-def fmt_time(us: Optional[float]) -> str:
-    if us is None:
-        return "?"
-    if us >= 1e6:
-        return f"{us / 1e6:.3g} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.3g} ms"
-    return f"{us:.3g} µs"
-
-
-def _si(value: Optional[float], unit: str) -> str:
-    if value is None:
-        return "?"
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
-def fmt_rate_bytes(v: Optional[float]) -> str:
-    return _si(v, "B/s")
-
-
-def fmt_rate_flops(v: Optional[float]) -> str:
-    return _si(v, "FLOP/s")
-
-
-def fmt_pct(fraction: Optional[float]) -> str:
-    return "?" if fraction is None else f"{fraction * 100:.0f}%"
-
-
 def headline(result: Mapping[str, Any]) -> Optional[str]:
     """`memory-bound · 0.41 ms · 44% of 4.3 TB/s` (None for a failed run)."""
     verdict = result.get("verdict") or {}
     regime = verdict.get("regime")
     if result.get("status") != "ok" or not regime:
         return None
-    parts = [regime, fmt_time((result.get("timing") or {}).get("median_us"))]
+    parts = [regime, units.duration_us((result.get("timing") or {}).get("median_us"))]
     attained = _attained(result)
     if attained:
         parts.append(attained)
@@ -123,12 +94,12 @@ def _attained(result: Mapping[str, Any]) -> Optional[str]:
     totals = result.get("totals") or {}
     ceilings = result.get("ceilings") or {}
     regime = (result.get("verdict") or {}).get("regime")
-    flops = (totals.get("flops_fraction"), ceilings.get("peak_flops_per_s"), fmt_rate_flops)
-    bandwidth = (totals.get("bandwidth_fraction"), ceilings.get("bandwidth_bytes_per_s"), fmt_rate_bytes)
+    flops = (totals.get("flops_fraction"), ceilings.get("peak_flops_per_s"), units.flop_rate)
+    bandwidth = (totals.get("bandwidth_fraction"), ceilings.get("bandwidth_bytes_per_s"), units.byte_rate)
     order = [flops, bandwidth] if regime == "compute-bound" else [bandwidth, flops]
     for fraction, ceiling, fmt in order:
         if fraction is not None and ceiling:
-            return f"{fmt_pct(fraction)} of {fmt(ceiling)}"
+            return f"{units.percent(fraction)} of {fmt(ceiling)}"
     return None
 
 
@@ -208,9 +179,9 @@ def diagnostics(placed: Placed, lines: Sequence[str], units) -> List[T.Diagnosti
 
 
 def line_message(entry: Mapping[str, Any]) -> str:
-    text = f"{fmt_pct(entry.get('share'))} of the call ({fmt_time(entry.get('time_us'))}), {entry.get('regime', '?')}"
+    text = f"{units.percent(entry.get('share'))} of the call ({units.duration_us(entry.get('time_us'))}), {entry.get('regime', '?')}"
     if entry.get("flops") or entry.get("bytes"):
-        text += f"; {_si(entry.get('flops') or 0, 'FLOP')}, {_si(entry.get('bytes') or 0, 'B')}"
+        text += f"; {units.si(entry.get('flops') or 0, 'FLOP')}, {units.si(entry.get('bytes') or 0, 'B')}"
     ops = entry.get("top_ops") or []
     if ops:
         text += f"; ops: {', '.join(ops)}"
@@ -227,13 +198,13 @@ def measured_costs(placed: Placed) -> Dict[int, str]:
     for sync in result.get("syncs") or []:
         line = placed.line_of(sync.get("line", 0))
         if line is not None and sync.get("share"):
-            out[line] = (f"measured: {fmt_pct(sync.get('share'))} of {qualname}'s call spent waiting on this sync "
-                         f"({fmt_time(sync.get('blocked_us'))})")
+            out[line] = (f"measured: {units.percent(sync.get('share'))} of {qualname}'s call spent waiting on this sync "
+                         f"({units.duration_us(sync.get('blocked_us'))})")
     for entry in result.get("lines") or []:
         line = placed.line_of(entry.get("line", 0))
         if line is not None and line not in out:
-            out[line] = (f"measured: {fmt_pct(entry.get('share'))} of {qualname}'s call "
-                         f"({fmt_time(entry.get('time_us'))}, {entry.get('regime', '?')})")
+            out[line] = (f"measured: {units.percent(entry.get('share'))} of {qualname}'s call "
+                         f"({units.duration_us(entry.get('time_us'))}, {entry.get('regime', '?')})")
     return out
 
 
@@ -265,16 +236,16 @@ def hover_text(result: Mapping[str, Any], stale: bool, result_file: Optional[str
     rows = [
         ("verdict", f"**{verdict.get('regime')}**"),
         ("device", f"{device.get('kind', '?')}: {device.get('name', '?')}"),
-        ("time", f"median {fmt_time(timing.get('median_us'))} (p10 {fmt_time(timing.get('p10_us'))}, "
-                 f"p90 {fmt_time(timing.get('p90_us'))}, {timing.get('calls', '?')} calls)"),
-        ("FLOPs", _si(totals.get("flops"), "FLOP")),
-        ("bytes", _si(totals.get("bytes"), "B")),
+        ("time", f"median {units.duration_us(timing.get('median_us'))} (p10 {units.duration_us(timing.get('p10_us'))}, "
+                 f"p90 {units.duration_us(timing.get('p90_us'))}, {timing.get('calls', '?')} calls)"),
+        ("FLOPs", units.si(totals.get("flops"), "FLOP")),
+        ("bytes", units.si(totals.get("bytes"), "B")),
         ("intensity", "?" if totals.get("intensity_flop_per_byte") is None
          else f"{totals['intensity_flop_per_byte']:.3g} FLOP/B (ridge {ceilings.get('ridge_flop_per_byte', 0):.3g})"),
-        ("compute", f"{fmt_rate_flops(totals.get('attained_flops_per_s'))} = {fmt_pct(totals.get('flops_fraction'))} "
-                    f"of {fmt_rate_flops(ceilings.get('peak_flops_per_s'))} ({ceilings.get('dtype', '?')})"),
-        ("memory", f"{fmt_rate_bytes(totals.get('attained_bytes_per_s'))} = {fmt_pct(totals.get('bandwidth_fraction'))} "
-                   f"of {fmt_rate_bytes(ceilings.get('bandwidth_bytes_per_s'))}"),
+        ("compute", f"{units.flop_rate(totals.get('attained_flops_per_s'))} = {units.percent(totals.get('flops_fraction'))} "
+                    f"of {units.flop_rate(ceilings.get('peak_flops_per_s'))} ({ceilings.get('dtype', '?')})"),
+        ("memory", f"{units.byte_rate(totals.get('attained_bytes_per_s'))} = {units.percent(totals.get('bandwidth_fraction'))} "
+                   f"of {units.byte_rate(ceilings.get('bandwidth_bytes_per_s'))}"),
     ]
     text = [title, "| | |\n| --- | --- |\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)]
     if verdict.get("summary"):
@@ -290,8 +261,8 @@ def hover_text(result: Mapping[str, Any], stale: bool, result_file: Optional[str
         table = ["| line | time | share | FLOPs | bytes | regime | code |", "| ---: | ---: | ---: | ---: | ---: | --- | --- |"]
         for entry in lines:
             code = str(entry.get("code", "")).replace("|", "\\|")
-            table.append(f"| {entry.get('line')} | {fmt_time(entry.get('time_us'))} | {fmt_pct(entry.get('share'))} | "
-                         f"{_si(entry.get('flops'), '')} | {_si(entry.get('bytes'), 'B')} | {entry.get('regime')} | "
+            table.append(f"| {entry.get('line')} | {units.duration_us(entry.get('time_us'))} | {units.percent(entry.get('share'))} | "
+                         f"{units.si(entry.get('flops'), '')} | {units.si(entry.get('bytes'), 'B')} | {entry.get('regime')} | "
                          f"`{code}` |")
         text.append("\n".join(table))
     if plot_uri:

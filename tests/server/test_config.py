@@ -7,7 +7,7 @@ import os
 import pytest
 from lsprotocol import types as T
 
-from conftest import NEOVIM, TRAIN, VSCODE
+from tests.server.conftest import NEOVIM, TRAIN, VSCODE
 
 pytestmark = pytest.mark.filterwarnings("error::pytest_lsp.LspSpecificationWarning")
 

@@ -11,7 +11,7 @@ import time
 import pytest
 from lsprotocol import types as T
 
-from conftest import NEOVIM, SERVER, TRAIN, VSCODE
+from tests.server.conftest import NEOVIM, SERVER, TRAIN, VSCODE
 
 pytestmark = pytest.mark.filterwarnings("error::pytest_lsp.LspSpecificationWarning")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from lsprotocol import types as T
 
-from conftest import VSCODE, apply_edits, text_edits
+from tests.server.conftest import VSCODE, apply_edits, text_edits
 
 pytestmark = pytest.mark.filterwarnings("error::pytest_lsp.LspSpecificationWarning")
 

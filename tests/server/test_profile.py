@@ -16,7 +16,7 @@ import pytest
 
 from lsprotocol import types as T
 
-from conftest import NEOVIM
+from tests.server.conftest import NEOVIM
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("error::pytest_lsp.LspSpecificationWarning")

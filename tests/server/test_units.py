@@ -12,7 +12,7 @@ from perflsp.server import convert
 from perflsp.server.analysis import carry_over
 from perflsp.server.settings import EditorSettings, key_line, parse, resolve
 
-from conftest import apply_edits
+from tests.server.conftest import apply_edits
 
 
 @pytest.mark.parametrize("encoding, expected", [("utf-16", 9), ("utf-32", 8), ("utf-8", 12)])

@@ -1,4 +1,5 @@
-"""Human-readable numbers: decimal SI prefixes (as datasheets use), µs-based times."""
+"""Human-readable numbers shared by the runtime and the editor: decimal SI prefixes (as datasheets
+use), µs-based times. Standard library only."""
 from __future__ import annotations
 
 from typing import Optional
@@ -6,26 +7,28 @@ from typing import Optional
 _PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
-def si(value: float, unit: str, digits: int = 3) -> str:
+def si(value: Optional[float], unit: str, digits: int = 3) -> str:
+    if value is None:
+        return "-"
     for scale, prefix in _PREFIXES:
         if abs(value) >= scale:
             return f"{value / scale:.{digits}g} {prefix}{unit}"
     return f"{value:.{digits}g} {unit}"
 
 
-def flops(value: float) -> str:
+def flops(value: Optional[float]) -> str:
     return si(value, "FLOP")
 
 
-def flop_rate(value: float) -> str:
+def flop_rate(value: Optional[float]) -> str:
     return si(value, "FLOP/s")
 
 
-def byte_count(value: float) -> str:
+def byte_count(value: Optional[float]) -> str:
     return si(value, "B")
 
 
-def byte_rate(value: float) -> str:
+def byte_rate(value: Optional[float]) -> str:
     return si(value, "B/s")
 
 
