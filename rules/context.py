@@ -471,9 +471,6 @@ class ModuleContext:
             return self._hot_functions.get(frame.function)
         return None
 
-    def is_hot(self, frame: Frame) -> bool:
-        return self.hot_reason(frame) is not None
-
     def function_reason(self, function: FunctionInfo) -> Optional[HotReason]:
         return self._hot_functions.get(function)
 
