@@ -108,7 +108,9 @@ async function openFile(name) {
   await quickInput("Control+P", name);
   await until(`"${name}" in Quick Open`, async () =>
     (await visibleText(".quick-input-widget .monaco-list-row")).some((t) => t.includes(name)));
-  await page.keyboard.press("Enter");
+  // Click the matching row: Enter opens whichever row is selected, and while Quick Open is still
+  // filtering under load that can be a recently opened file instead.
+  await page.locator(".quick-input-widget .monaco-list-row").filter({ hasText: name }).first().click();
   await until(`the editor tab of ${name}`, async () => (await activeTab()).some((t) => t.startsWith(name)));
   const body = name.endsWith(".ipynb") ? ".editor-instance .notebook-editor" : ".editor-instance .monaco-editor .view-lines";
   await page.locator(body).first().waitFor({ state: "visible" });
