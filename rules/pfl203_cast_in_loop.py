@@ -6,7 +6,7 @@ import libcst as cst
 
 from perflsp.rules.context import MODULE, NUMPY, PYTHON, TENSOR, ModuleContext
 from perflsp.rules.pfl202_float64_on_device import calls_before, target_dtype
-from perflsp.rules.pfl401_alloc_in_loop import call_is_invariant, mutated_in, runs_every_iteration, target_key
+from perflsp.rules.pfl401_alloc_in_loop import call_is_invariant, calls_in_loops, mutated_in, runs_every_iteration, target_key
 from perflsp.rules.pfl402_create_then_move import moves_to_device
 from perflsp.rules.rule import Invalid, Report, Rule
 from perflsp.rules.walk import Frame
@@ -115,10 +115,7 @@ class CastInLoop(Rule):
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
         mutated: Dict[cst.CSTNode, Set[str]] = {}
         effects: Dict[cst.CSTNode, Tuple[bool, Set[str]]] = {}
-        for call, frame in ctx.nodes(cst.Call):
-            loop = frame.innermost_loop
-            if loop is None or isinstance(loop, cst.CompFor):
-                continue
+        for call, frame, loop in calls_in_loops(ctx):
             method = ctx.method_name(call)
             if not (method in _CASTS and not call.args or method == "to" and target_dtype(ctx, call) is not None):
                 continue

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Dict, Iterator, Optional, Set
+from typing import Dict, Iterator, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -74,6 +74,15 @@ def mutated_in(ctx: ModuleContext, loop: cst.CSTNode, cache: Dict[cst.CSTNode, S
             key = key.rpartition(".")[0]
     cache[loop] = found
     return found
+
+
+def calls_in_loops(ctx: ModuleContext) -> Iterator[Tuple[cst.Call, Frame, cst.CSTNode]]:
+    """(call, frame, innermost loop) for each call in the body of a `for`/`while` statement;
+    comprehensions are left out: their items are rarely hoistable."""
+    for call, frame in ctx.nodes(cst.Call):
+        loop = frame.innermost_loop
+        if loop is not None and not isinstance(loop, cst.CompFor):
+            yield call, frame, loop
 
 
 def runs_every_iteration(ctx: ModuleContext, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
@@ -204,10 +213,7 @@ class AllocInLoop(Rule):
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
         mutated: Dict[cst.CSTNode, Set[str]] = {}
-        for call, frame in ctx.nodes(cst.Call):
-            loop = frame.innermost_loop
-            if loop is None or isinstance(loop, cst.CompFor):
-                continue
+        for call, frame, loop in calls_in_loops(ctx):
             qualname = ctx.qualname(call.func)
             if qualname not in DETERMINISTIC_FACTORIES or not call.args:
                 continue

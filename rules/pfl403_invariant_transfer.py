@@ -5,7 +5,7 @@ from typing import Dict, Iterator, Set
 import libcst as cst
 
 from perflsp.rules.context import NUMPY, PYTHON, ModuleContext
-from perflsp.rules.pfl401_alloc_in_loop import call_is_invariant, mutated_in, runs_every_iteration, target_key
+from perflsp.rules.pfl401_alloc_in_loop import call_is_invariant, calls_in_loops, mutated_in, runs_every_iteration, target_key
 from perflsp.rules.pfl402_create_then_move import moves_to_device
 from perflsp.rules.rule import Invalid, Report, Rule
 from perflsp.rules.walk import Frame
@@ -80,10 +80,7 @@ class InvariantTransfer(Rule):
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
         mutated: Dict[cst.CSTNode, Set[str]] = {}
-        for call, frame in ctx.nodes(cst.Call):
-            loop = frame.innermost_loop
-            if loop is None or isinstance(loop, cst.CompFor):
-                continue
+        for call, frame, loop in calls_in_loops(ctx):
             if ctx.method_name(call) not in ("to", "cuda"):
                 continue
             receiver = call.func.value
