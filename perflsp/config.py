@@ -25,15 +25,9 @@ else:  # pragma: no cover - exercised on Python < 3.11 only
 
 from perflsp.findings import SEVERITIES
 
-DEFAULT_HOT_FUNCTIONS = (
-    "forward",
-    "training_step",
-    "validation_step",
-    "test_step",
-    "predict_step",
-    "train_step",
-    "step",
-)
+# Entry points come from the framework table (perflsp.rules.hot_table); `hot-functions` adds the
+# project's own: a name (`train_step`) or `Class.method`, which covers subclasses too.
+DEFAULT_HOT_FUNCTIONS: Tuple[str, ...] = ()
 CODE_PATTERN = re.compile(r"^PFL(\d{0,3})$")
 
 

@@ -18,6 +18,7 @@ from libcst._add_slots import add_slots
 from libcst._nodes.internal import CodegenState
 
 from perflsp.config import Settings
+from perflsp.rules.hotness import HotMap
 from perflsp.rules.walk import Binding, ClassInfo, Frame, FunctionInfo, Walk, iter_children
 
 # Kinds of values the inference tells apart. `None` means unknown: rules that need a tensor
@@ -65,26 +66,13 @@ _LITERALS = (
     cst.SetComp, cst.Lambda,
 )
 _INDEX_LIKE = frozenset({"idx", "i", "step", "epoch", "batch_idx", "dataloader_idx", "batch_nb", "optimizer_idx"})
-_MARKERS = {"perflsp.hot": "@perflsp.hot", "perflsp.profile": "@perflsp.profile"}
-
-
-class HotReason:
-    """Why code runs many times; rendered once positions are known."""
-
-    __slots__ = ("kind", "node", "function", "caller")
-
-    def __init__(self, kind: str, node: cst.CSTNode, function: Optional[FunctionInfo] = None,
-                 caller: Optional["HotReason"] = None):
-        self.kind = kind  # "loop" | "marker:<text>" | "name" | "called"
-        self.node = node  # the loop, the def, or the call that makes it hot
-        self.function = function
-        self.caller = caller
 
 
 class ModuleContext:
-    def __init__(self, module: cst.Module, settings: Settings, path: str = "<stdin>",
+    def __init__(self, module: cst.Module, settings: Settings, hot: Optional[HotMap] = None, path: str = "<stdin>",
                  line_label: Callable[[int], str] = lambda row: f"line {row}"):
         self.module = module
+        self.hot = hot or HotMap.for_source(module.code, path, settings, line_label)
         self.line_label = line_label  # notebooks name rows as "line 2 of cell 3"
         self.settings = settings
         self.path = path
@@ -99,7 +87,6 @@ class ModuleContext:
         self._spans: Dict[int, Tuple[Tuple[int, int], Tuple[int, int]]] = {}
         self._text = ""
         self._line_starts: List[int] = [0]
-        self._hot_functions = self._find_hot_functions()
 
     # -- traversal helpers ------------------------------------------------------------------------
 
@@ -464,67 +451,9 @@ class ModuleContext:
 
     # -- hot code ---------------------------------------------------------------------------------
 
-    def hot_reason(self, frame: Frame) -> Optional[HotReason]:
-        if frame.loops:
-            return HotReason("loop", frame.loops[-1])
-        if frame.function is not None:
-            return self._hot_functions.get(frame.function)
-        return None
-
-    def function_reason(self, function: FunctionInfo) -> Optional[HotReason]:
-        return self._hot_functions.get(function)
-
-    def _direct_reason(self, function: FunctionInfo) -> Optional[HotReason]:
-        node = function.node
-        for decorator in node.decorators:
-            target = decorator.decorator
-            if isinstance(target, cst.Call):
-                target = target.func
-            marker = _MARKERS.get(self.qualname(target) or "")
-            if marker:
-                return HotReason("marker:" + marker, node, function)
-        comments = [line.comment for line in node.leading_lines if line.comment is not None]
-        if isinstance(node.body, cst.IndentedBlock) and node.body.header.comment is not None:
-            comments.append(node.body.header.comment)
-        if any("perflsp: hot" in c.value for c in comments):
-            return HotReason("marker:# perflsp: hot", node, function)
-        if function.name in self.settings.hot_functions:
-            return HotReason("name", node, function)
-        return None
-
-    def _find_hot_functions(self) -> Dict[FunctionInfo, HotReason]:
-        reasons: Dict[FunctionInfo, HotReason] = {}
-        for function in self.functions:
-            reason = self._direct_reason(function)
-            if reason is not None:
-                reasons[function] = reason
-        # Propagate along calls made from hot code until nothing changes (a worklist, so a
-        # function that turns hot late still passes its hotness on).
-        work: List[Optional[FunctionInfo]] = [None, *self.functions]
-        while work:
-            function = work.pop()
-            calls = self.walk.module_calls if function is None else function.calls
-            for call, frame in calls:
-                caller = HotReason("loop", frame.loops[-1]) if frame.loops else reasons.get(function) if function else None
-                if caller is None:
-                    continue
-                callee = self._resolve_local_call(call, frame)
-                if callee is not None and callee not in reasons:
-                    reasons[callee] = HotReason("called", call, callee, caller)
-                    work.append(callee)
-        return reasons
-
-    def _resolve_local_call(self, call: cst.Call, frame: Frame) -> Optional[FunctionInfo]:
-        func = call.func
-        if isinstance(func, cst.Name):
-            for binding in reversed(self.bindings_of(func.value, frame)):
-                if binding.how == "def" and isinstance(binding.value, cst.FunctionDef):
-                    return next((f for f in self.functions if f.node is binding.value), None)
-            return None
-        if (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
-                and func.value.value == "self" and frame.class_info is not None):
-            return frame.class_info.methods.get(func.attr.value)
-        return None
+    def runs_per_step(self, function: FunctionInfo) -> bool:
+        """The project's per-step model says `function` runs on every step (see `perflsp.rules.hotness`)."""
+        return self.hot.function_runs_per_step(function.name, function.class_info.name if function.class_info else None)
 
     def is_compiled(self, function: FunctionInfo) -> bool:
         """Decorated with `torch.compile` or passed to `torch.compile(...)` in this module."""
@@ -716,27 +645,3 @@ _MODEL_NAME = re.compile(r"(^|_)(model|module|encoder|decoder|criterion|loss_fn|
 def _looks_like_model(expr: cst.BaseExpression) -> bool:
     """`model`, `teacher_model`, `resnet`, `self.encoder`: a name that ends like a module's."""
     return bool(_MODEL_NAME.search((_last_name(expr) or "").lower()))
-
-
-def loop_header(ctx: ModuleContext, loop: cst.CSTNode) -> str:
-    """`for batch in loader` / `while step < n` / `for x in xs` (of a comprehension)."""
-    if isinstance(loop, (cst.For, cst.CompFor)):
-        return f"for {ctx.code(loop.target, 30)} in {ctx.code(loop.iter, 40)}"
-    if isinstance(loop, cst.While):
-        return f"while {ctx.code(loop.test, 50)}"
-    return ctx.code(loop, 50)
-
-
-def describe(ctx: ModuleContext, reason: HotReason) -> str:
-    """The human phrase for why code is hot, e.g. "inside `for batch in loader` at line 40"."""
-    at = ctx.line_label(ctx.range_of(reason.node)[0][0])
-    if reason.kind == "loop":
-        what = "the comprehension " if isinstance(reason.node, cst.CompFor) else ""
-        return f"inside {what}`{loop_header(ctx, reason.node)}` at {at}"
-    name = reason.function.qualname if reason.function else "?"
-    if reason.kind.startswith("marker:"):
-        return f"in `{name}`, marked `{reason.kind[7:]}` ({at})"
-    if reason.kind == "name":
-        return f"in `{name}`, which runs on every step (a hot function by name, {at})"
-    assert reason.caller is not None
-    return f"in `{name}`, called at {at} {describe(ctx, reason.caller)}"

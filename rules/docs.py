@@ -12,9 +12,13 @@ from perflsp.rules.registry import all_rules
 from perflsp.rules.rule import Rule
 
 _SCOPE = {
-    "hot": "Reported in hot code only (loops, comprehensions, functions marked hot or called from hot "
-           "code, and the `hot-functions` list); `report-cold` extends it to all code.",
-    "any": "Reported anywhere in the file.",
+    "hot": "Reported in per-step code only (see \"Hot code\" in docs/configuration.md: step loops, "
+           "framework entry points such as `forward` and `training_step`, what they call across the "
+           "project, loops in code not known to run once, and the `hot-functions` list); "
+           "`report-cold` extends it to all code.",
+    "any": "Reported wherever the code is not known to run once or rarely (setup such as `__init__`, "
+           "lazy-init and periodic blocks, and tests are skipped): the cost is paid on every execution.",
+    "setup": "Reported anywhere but in tests: the code runs once, but what it sets up costs on every step.",
 }
 _SAFETY = {
     None: "This rule has no automatic fix.",

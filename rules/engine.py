@@ -8,14 +8,15 @@ from __future__ import annotations
 import ast
 import logging
 import re
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
 from perflsp.config import Settings
 from perflsp.findings import Edit, Finding, Fix, HotContext, Location, rule_url
 from perflsp.rules import suppress
-from perflsp.rules.context import HotReason, ModuleContext, describe
+from perflsp.rules.context import ModuleContext
+from perflsp.rules.hotness import COLD_CODE, Hot, HotMap
 from perflsp.rules.registry import enabled_rules
 from perflsp.rules.rule import Report, Rule
 
@@ -26,10 +27,12 @@ _POSITION_IN_MESSAGE = re.compile(r"error at \d+:\d+: ")
 
 
 def check_source(source: str, path: str, settings: Settings,
-                 line_label: Optional[Callable[[int], str]] = None) -> List[Finding]:
+                 line_label: Optional[Callable[[int], str]] = None,
+                 facts: Optional[Dict[str, Any]] = None) -> List[Finding]:
     """All findings for `source`, sorted; a file that does not parse yields one PFL000 finding.
 
-    `line_label` names a row in messages (notebooks say "line 2 of cell 3").
+    `line_label` names a row in messages (notebooks say "line 2 of cell 3"). `facts` is what the
+    project graph knows about this file (`Project.facts`); without it the file is judged alone.
     """
     comments = suppress.comments_by_row(source)
     if suppress.ignores_file(source, comments):
@@ -40,34 +43,46 @@ def check_source(source: str, path: str, settings: Settings,
         return [_syntax_error(source, path, exc)]
     except RecursionError:
         return [syntax_error(path, 1, 0, "the file is nested too deeply for the parser")]
-    ctx = ModuleContext(module, settings, path, line_label) if line_label else ModuleContext(module, settings, path)
-    reports: List[Tuple[Rule, Report, Optional[HotReason]]] = []
+    label = line_label or (lambda row: f"line {row}")
+    hot = HotMap(facts, source.splitlines(), label) if facts else HotMap.for_source(source, path, settings, label)
+    ctx = ModuleContext(module, settings, hot, path, label)
+    candidates: List[Tuple[Rule, Report]] = []
     for rule in enabled_rules(settings, path):
         try:
-            for report in rule.check(ctx):
-                reason = ctx.hot_reason(report.frame)
-                if reason is not None or rule.scope == "any" or settings.reports_cold(rule.code):
-                    reports.append((rule, report, reason))
+            candidates.extend((rule, report) for report in rule.check(ctx))
         except Exception:  # a rule bug must cost one rule on one file, never the whole run
             log.exception("perflsp: rule %s failed on %s; its findings for this file are skipped", rule.code, path)
-            reports = [r for r in reports if r[0] is not rule]
-    if not reports:
+            candidates = [r for r in candidates if r[0] is not rule]
+    if not candidates:
         return []
-    ctx.locate(_nodes_to_locate(reports))
+    ctx.locate(_nodes_to_locate(candidates))
+    reports: List[Tuple[Rule, Report, Optional[Hot]]] = []
+    for rule, report in candidates:
+        reason = hot.classify(ctx.range_of(report.node)[0])
+        if _reported(rule, reason, settings, hot.test):
+            reports.append((rule, report, reason if isinstance(reason, Hot) else None))
     findings = [_finding(ctx, rule, report, reason, path, settings) for rule, report, reason in reports]
     findings = [f for f in findings if not suppress.is_suppressed(f.code, {f.start.row, f.end.row}, comments)]
     findings.sort(key=Finding.sort_key)
     return findings
 
 
-def _nodes_to_locate(reports) -> Iterator[cst.CSTNode]:
-    for _, report, reason in reports:
+def _reported(rule: Rule, reason: object, settings: Settings, in_tests: bool) -> bool:
+    """"hot" rules report in per-step code, "any" rules wherever the code is not known to run once
+    (a cost paid per execution), "setup" rules everywhere but tests (a DataLoader built once in
+    `__init__` still costs every step)."""
+    if isinstance(reason, Hot) or settings.reports_cold(rule.code):
+        return True
+    if rule.scope == "setup":
+        return not in_tests
+    return rule.scope == "any" and reason is not COLD_CODE
+
+
+def _nodes_to_locate(candidates) -> Iterator[cst.CSTNode]:
+    for _, report in candidates:
         yield report.node
         if report.fix is not None:
             yield from (old for old, _ in report.fix.replacements)
-        while reason is not None:
-            yield reason.node
-            reason = reason.caller
 
 
 def syntax_error(path: str, row: int, column: int, message: str) -> Finding:
@@ -90,14 +105,13 @@ def _syntax_error(source: str, path: str, exc: cst.ParserSyntaxError) -> Finding
     return syntax_error(path, exc.raw_line, exc.raw_column, _POSITION_IN_MESSAGE.sub("", exc.message))
 
 
-def _finding(ctx: ModuleContext, rule: Rule, report: Report, reason: Optional[HotReason], path: str,
+def _finding(ctx: ModuleContext, rule: Rule, report: Report, reason: Optional[Hot], path: str,
              settings: Settings) -> Finding:
     hot = None
     if reason is not None:
-        (r0, c0), (r1, c1) = ctx.range_of(reason.node)
-        if reason.kind in ("loop", "called"):
-            r1, c1 = r0, len(ctx.line_text(r0).rstrip())  # the loop's header line, not its body
-        hot = HotContext(describe(ctx, reason), Location(r0, c0), Location(r1, c1))
+        text = ctx.line_text(reason.row)  # the loop's or the def's header line, not its body
+        start = len(text) - len(text.lstrip())
+        hot = HotContext(reason.message, Location(reason.row, start), Location(reason.row, len(text.rstrip())))
     message = report.message.replace("{where}", hot.message if hot else "outside hot code")
     (r0, c0), (r1, c1) = ctx.range_of(report.node)
     severity = settings.severity_of(rule.code) or ("warning" if hot or rule.scope == "any" else "info")

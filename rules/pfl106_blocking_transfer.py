@@ -108,11 +108,11 @@ class BlockingTransfer(Rule):
             "    return correct\n",
         ),
         Invalid(
-            "import torch\n\n\nclass Trainer:\n    def training_step(self, batch):\n"
+            "import lightning.pytorch as pl\nimport torch\n\n\nclass Model(pl.LightningModule):\n    def training_step(self, batch):\n"
             "        tokens = batch[\"input_ids\"].to(\"cuda:0\", non_blocking=False)\n"
             "        return self.model(tokens).loss\n",
             flagged="batch[\"input_ids\"].to(\"cuda:0\", non_blocking=False)",
-            fixed="import torch\n\n\nclass Trainer:\n    def training_step(self, batch):\n"
+            fixed="import lightning.pytorch as pl\nimport torch\n\n\nclass Model(pl.LightningModule):\n    def training_step(self, batch):\n"
             "        tokens = batch[\"input_ids\"].to(\"cuda:0\", non_blocking=True)\n"
             "        return self.model(tokens).loss\n",
         ),

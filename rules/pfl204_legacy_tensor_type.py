@@ -108,9 +108,9 @@ class LegacyTensorType(Rule):
             "    correct = (logits.argmax(1) == labels).to(dtype=torch.float32, device=\"cpu\")\n    return correct.mean()\n",
         ),
         Invalid(
-            "import torch as th\n\ndef init_hidden(batch, size):\n    return th.cuda.FloatTensor(batch, size).zero_()\n",
+            "import torch as th\n\ndef fresh_hidden(batch, size):\n    return th.cuda.FloatTensor(batch, size).zero_()\n",
             flagged="th.cuda.FloatTensor(batch, size)",
-            fixed="import torch as th\n\ndef init_hidden(batch, size):\n"
+            fixed="import torch as th\n\ndef fresh_hidden(batch, size):\n"
             "    return th.empty(batch, size, dtype=th.float32, device=\"cuda\").zero_()\n",
         ),
         Invalid(

@@ -74,10 +74,10 @@ class ReshapeThenContiguous(Rule):
             "        b, c, h, w = x.shape\n        return self.proj(x).reshape(b, -1, h * w)\n",
         ),
         Invalid(
-            "import torch\n\ndef init_state(batch, hidden, device):\n"
+            "import torch\n\ndef zero_state(batch, hidden, device):\n"
             "    return torch.zeros(2, batch, hidden, device=device).contiguous()\n",
             flagged="torch.zeros(2, batch, hidden, device=device).contiguous()",
-            fixed="import torch\n\ndef init_state(batch, hidden, device):\n"
+            fixed="import torch\n\ndef zero_state(batch, hidden, device):\n"
             "    return torch.zeros(2, batch, hidden, device=device)\n",
         ),
     ]

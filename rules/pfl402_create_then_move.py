@@ -83,9 +83,9 @@ class CreateThenMove(Rule):
             fixed="import torch as th\n\npositions = th.arange(512, device=\"cuda\")\n",
         ),
         Invalid(
-            "import torch\n\ndef init_noise(batch, dim, rank):\n    return torch.randn(batch, dim).to(f\"cuda:{rank}\")\n",
+            "import torch\n\ndef sample_noise(batch, dim, rank):\n    return torch.randn(batch, dim).to(f\"cuda:{rank}\")\n",
             flagged="torch.randn(batch, dim).to(f\"cuda:{rank}\")",
-            fixed="import torch\n\ndef init_noise(batch, dim, rank):\n    return torch.randn(batch, dim, device=f\"cuda:{rank}\")\n",
+            fixed="import torch\n\ndef sample_noise(batch, dim, rank):\n    return torch.randn(batch, dim, device=f\"cuda:{rank}\")\n",
         ),
     ]
 

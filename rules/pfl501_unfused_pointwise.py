@@ -202,7 +202,7 @@ class UnfusedPointwise(Rule):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
-        hot = [f for f in ctx.functions if ctx.function_reason(f) is not None]
+        hot = [f for f in ctx.functions if ctx.runs_per_step(f)]
         if not hot:
             return
         hot_set = set(hot)

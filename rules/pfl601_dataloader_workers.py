@@ -119,7 +119,7 @@ class DataloaderWorkers(Rule):
         "`persistent_workers=True` so the workers survive between epochs; make it configurable "
         "(`num_workers=args.workers`) if the code also runs on small machines."
     )
-    scope = "any"
+    scope = "setup"
     valid = [
         "import torch\nfrom torch.utils.data import DataLoader\nfrom torchvision import datasets, transforms\n\n"
         "train_set = datasets.ImageFolder(\"data/train\", transform=transforms.ToTensor())\n"

@@ -25,7 +25,7 @@ class DataloaderPinning(Rule):
         "Pass `pin_memory=True` to the `DataLoader` and move batches with "
         "`.to(device, non_blocking=True)` so the copy overlaps with the previous step's kernels."
     )
-    scope = "any"
+    scope = "setup"
     valid = [
         "import torch\nfrom torch.utils.data import DataLoader\n\n\ndef train(model, dataset, opt):\n"
         "    device = torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")\n"

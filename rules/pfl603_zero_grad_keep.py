@@ -23,7 +23,7 @@ class ZeroGradKeep(Rule):
         "logging gradient norms) finds `None` instead."
     )
     how_to_fix = "Call `zero_grad()` with `set_to_none=True` (or no argument on PyTorch 2.0 and later)."
-    scope = "any"
+    scope = "setup"
     fix_safety = "unsafe"
     valid = [
         "import torch\n\n\ndef train(model, loader, opt):\n    for x, y in loader:\n"

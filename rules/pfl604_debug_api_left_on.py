@@ -69,7 +69,7 @@ class DebugApiLeftOn(Rule):
         "move `gradcheck` to the tests; set `CUDA_LAUNCH_BLOCKING=1` in the shell only while "
         "debugging a CUDA error."
     )
-    scope = "any"
+    scope = "setup"
     valid = [
         "import torch\n\n\ndef train(model, loader, opt, args):\n"
         "    torch.autograd.set_detect_anomaly(args.debug)\n    for x, y in loader:\n"

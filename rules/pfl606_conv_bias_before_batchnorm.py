@@ -34,7 +34,7 @@ class ConvBiasBeforeBatchnorm(Rule):
         "Pass `bias=False` to a convolution that feeds straight into `BatchNorm`; when loading old "
         "checkpoints, drop the stale bias keys or load with `strict=False`."
     )
-    scope = "any"
+    scope = "setup"
     fix_safety = "unsafe"
     valid = [
         "import torch.nn as nn\n\nblock = nn.Sequential(\n    nn.Conv2d(64, 128, kernel_size=3, padding=1, bias=False),\n"

@@ -63,7 +63,7 @@ class Rule:
     summary: ClassVar[str]
     why: ClassVar[str]
     how_to_fix: ClassVar[str]
-    scope: ClassVar[str] = "hot"  # "hot": reported in hot code only by default; "any": anywhere
+    scope: ClassVar[str] = "hot"  # "hot": per-step code only; "any": unless known cold; "setup": all but tests
     fix_safety: ClassVar[Optional[str]] = None  # None, "safe", "unsafe", or "safe/unsafe" (depends on the case)
     options: ClassVar[Dict[str, Option]] = {}
     valid: ClassVar[Sequence[str]] = ()

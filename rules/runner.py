@@ -6,6 +6,7 @@ re-checking an unchanged tree costs little more than starting Python.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -109,15 +110,16 @@ class _SettingsByFolder:
 
 # --- one file -----------------------------------------------------------------------------------
 
-def check_text(text: str, path: str, settings: Settings) -> List[Finding]:
-    """Findings for a file's text, notebooks included (a bad notebook raises NotebookError)."""
+def check_text(text: str, path: str, settings: Settings, facts: Optional[Dict[str, Any]] = None) -> List[Finding]:
+    """Findings for a file's text, notebooks included (a bad notebook raises NotebookError).
+    `facts` come from the project graph; notebooks and files checked alone are judged by themselves."""
     if path.endswith(".ipynb"):
         from perflsp.rules.notebook import check_cells, read_cells
 
         return check_cells(read_cells(text), path, settings)
     from perflsp.rules.engine import check_source
 
-    return check_source(text, path, settings)
+    return check_source(text, path, settings, facts=facts)
 
 
 def read_text(path: Path) -> str:
@@ -130,44 +132,79 @@ def read_text(path: Path) -> str:
         raise ValueError(f"skipped: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
-def _check_one(path: str, overrides: Mapping[str, Any]) -> Tuple[str, List[Dict[str, Any]], Optional[str], int, int]:
-    """Worker: (path, findings as dicts, error, mtime_ns, size); dicts pickle faster than objects."""
+def _summarize_one(path: str) -> Tuple[str, Optional[str], Optional[Dict[str, Any]], Optional[str]]:
+    """Worker: (path, content digest, summary, error); notebooks get no summary (judged alone)."""
+    from perflsp.rules.project import module_name
+    from perflsp.rules.summary import summarize
+
     p = Path(path)
     try:
-        stat = p.stat()
-        findings = check_text(read_text(p), path, file_settings(p, overrides))
+        text = read_text(p)
+    except (OSError, ValueError) as exc:
+        return path, None, None, str(exc)
+    if p.suffix == ".ipynb":
+        return path, content_digest(text), None, None
+    module, is_package = module_name(p)
+    return path, content_digest(text), summarize(text, module, is_package, path), None
+
+
+def _check_one(path: str, overrides: Mapping[str, Any], facts: Optional[Dict[str, Any]]
+               ) -> Tuple[str, List[Dict[str, Any]], Optional[str]]:
+    """Worker: (path, findings as dicts, error); dicts pickle faster than objects."""
+    p = Path(path)
+    try:
+        findings = check_text(read_text(p), path, file_settings(p, overrides), facts)
     except (OSError, ValueError) as exc:  # NotebookError is a ValueError
-        return path, [], str(exc), 0, 0
-    return path, [f.to_dict() for f in findings], None, stat.st_mtime_ns, stat.st_size
+        return path, [], str(exc)
+    return path, [f.to_dict() for f in findings], None
+
+
+def content_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 # --- cache ----------------------------------------------------------------------------------------
 
 class Cache:
-    """Findings per file, valid while the file's mtime and size, the settings and perflsp's version match."""
+    """Per file, keyed by its content: the summary (valid for that content and module name) and
+    the findings (valid for that content, the settings and what the project graph says of it).
+    A file of the wrong shape is discarded and rebuilt."""
 
     def __init__(self, directory: Path):
         self.file = directory / perflsp.__version__ / "findings.json"
         try:
-            self.entries: Dict[str, Any] = json.loads(self.file.read_text())
+            entries = json.loads(self.file.read_text())
         except (OSError, ValueError):
-            self.entries = {}
+            entries = {}
+        self.entries: Dict[str, Dict[str, Any]] = (
+            {k: v for k, v in entries.items() if isinstance(v, dict)} if isinstance(entries, dict) else {})
         self.dirty = False
 
-    def get(self, path: Path, fingerprint: str) -> Optional[List[Finding]]:
-        entry = self.entries.get(str(path.resolve()))
-        if entry is None or entry["settings"] != fingerprint:
+    def summary(self, path: Path, digest: str, module: str) -> Optional[Dict[str, Any]]:
+        entry = self.entries.get(str(path.resolve()), {})
+        found = entry.get("summary")
+        if entry.get("digest") != digest or not isinstance(found, dict) or found.get("module") != module:
+            return None
+        from perflsp.rules.summary import VERSION
+
+        return found if found.get("version") == VERSION else None
+
+    def findings(self, path: Path, digest: str, key: str) -> Optional[List[Finding]]:
+        entry = self.entries.get(str(path.resolve()), {})
+        if entry.get("digest") != digest or entry.get("key") != key:
             return None
         try:
-            stat = path.stat()
-        except OSError:
+            return [Finding.from_dict({**d, "filename": str(path)}) for d in entry["findings"]]
+        except (KeyError, TypeError, ValueError):
             return None
-        if entry["mtime_ns"] != stat.st_mtime_ns or entry["size"] != stat.st_size:
-            return None
-        return [Finding.from_dict({**d, "filename": str(path)}) for d in entry["findings"]]
 
-    def put(self, path: Path, fingerprint: str, mtime_ns: int, size: int, findings: List[Dict[str, Any]]) -> None:
-        self.entries[str(path.resolve())] = {"settings": fingerprint, "mtime_ns": mtime_ns, "size": size, "findings": findings}
+    def put(self, path: Path, digest: str, **values: Any) -> None:
+        key = str(path.resolve())
+        entry = self.entries.get(key, {})
+        if entry.get("digest") != digest:
+            entry = {"digest": digest}
+        entry.update(values)
+        self.entries[key] = entry
         self.dirty = True
 
     def save(self) -> None:
@@ -187,31 +224,84 @@ class Cache:
 
 def check_paths(files: Sequence[Path], overrides: Mapping[str, Any] = {}, jobs: int = 0,
                 cache: Optional[Cache] = None) -> List[FileResult]:
-    """Check `files` (cache first, then `jobs` worker processes; 0 = one per core)."""
-    results: Dict[str, FileResult] = {}
-    todo: List[str] = []
-    settings = _SettingsByFolder(overrides)
-    for path in files:
-        hit = cache.get(path, settings(path).fingerprint()) if cache is not None else None
-        if hit is not None:
-            results[str(path)] = FileResult(str(path), hit, cached=True)
-        else:
-            todo.append(str(path))
-    if todo:
-        from perflsp.rules.registry import validate
+    """Check `files` as one project: summaries (cached by content), the project graph, then the
+    files whose content, settings or per-step facts changed (`jobs` worker processes; 0 = one per core)."""
+    from perflsp.rules.project import Project, facts_digest, module_name
 
-        for distinct in {settings(Path(p)) for p in todo}:
-            validate(distinct)  # a config error stops the run before any work, with its message
+    settings = _SettingsByFolder(overrides)
     jobs = jobs or os.cpu_count() or 1
-    if jobs == 1 or len(todo) < 2:
-        outcomes = [_check_one(p, overrides) for p in todo]
-    else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
-            outcomes = list(pool.map(_check_one, todo, [overrides] * len(todo), chunksize=max(1, len(todo) // (jobs * 8))))
-    for path, dicts, error, mtime_ns, size in outcomes:
-        results[path] = FileResult(path, [Finding.from_dict(d) for d in dicts], error)
-        if cache is not None and error is None:
-            cache.put(Path(path), settings(Path(path)).fingerprint(), mtime_ns, size, dicts)
+    with _Pool(jobs) as pool:
+        summaries: Dict[str, Tuple[Optional[str], Optional[Dict[str, Any]], Optional[str]]] = {}
+        todo: List[str] = []
+        for path in files:
+            digest = None
+            if cache is not None:
+                try:
+                    digest = content_digest(read_text(path))
+                except (OSError, ValueError):
+                    pass
+            found = cache.summary(path, digest, module_name(path)[0]) if cache is not None and digest else None
+            if found is not None:
+                summaries[str(path)] = (digest, found, None)
+            else:
+                todo.append(str(path))
+        for path, digest, summary, error in pool.map(_summarize_one, todo):
+            summaries[path] = (digest, summary, error)
+            if cache is not None and summary is not None and digest is not None:
+                cache.put(Path(path), digest, summary=summary)
+        hot_functions = sorted({name for p in files for name in settings(p).hot_functions})
+        project = Project(((p, s) for p, (_, s, _) in summaries.items() if s is not None), hot_functions)
+
+        results: Dict[str, FileResult] = {}
+        work: List[Tuple[str, Optional[Dict[str, Any]]]] = []
+        keys: Dict[str, str] = {}
+        for path in files:
+            digest, summary, error = summaries[str(path)]
+            if error is not None:
+                results[str(path)] = FileResult(str(path), [], error)
+                continue
+            facts = project.facts(summary["module"], summary) if summary is not None else None
+            keys[str(path)] = f"{settings(path).fingerprint()}:{facts_digest(facts) if facts else '-'}"
+            hit = cache.findings(path, digest, keys[str(path)]) if cache is not None and digest else None
+            if hit is not None:
+                results[str(path)] = FileResult(str(path), hit, cached=True)
+            else:
+                work.append((str(path), facts))
+        if work:
+            from perflsp.rules.registry import validate
+
+            for distinct in {settings(Path(p)) for p, _ in work}:
+                validate(distinct)  # a config error stops the run before any work, with its message
+        outcomes = pool.map(_check_one, [p for p, _ in work], [overrides] * len(work), [f for _, f in work])
+        for path, dicts, error in outcomes:
+            results[path] = FileResult(path, [Finding.from_dict(d) for d in dicts], error)
+            digest = summaries[path][0]
+            if cache is not None and error is None and digest is not None:
+                cache.put(Path(path), digest, key=keys[path], findings=dicts)
     if cache is not None:
         cache.save()
     return [results[str(p)] for p in files]
+
+
+class _Pool:
+    """Worker processes when there is enough work for them, else the calling process."""
+
+    def __init__(self, jobs: int):
+        self.jobs = jobs
+        self.executor: Optional[ProcessPoolExecutor] = None
+
+    def __enter__(self) -> "_Pool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.executor is not None:
+            self.executor.shutdown()
+
+    def map(self, fn, *iterables) -> List[Any]:
+        columns = [list(i) for i in iterables]
+        count = len(columns[0]) if columns else 0
+        if self.jobs == 1 or count < 2:
+            return [fn(*args) for args in zip(*columns)]
+        if self.executor is None:
+            self.executor = ProcessPoolExecutor(max_workers=self.jobs)
+        return list(self.executor.map(fn, *columns, chunksize=max(1, count // (self.jobs * 8))))

@@ -148,7 +148,7 @@ def test_notebook_cells_are_one_program(perflsp_cli, tmp_path):
     (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
     [finding] = _json(perflsp_cli("check", "nb.ipynb", "--output-format", "json", "--no-cache"))
     assert finding["code"] == "PFL101" and finding["cell"] == 1 and finding["location"]["row"] == 3
-    assert finding["hot"]["cell"] == 3 and "line 3 of cell 3" in finding["hot"]["message"]
+    assert finding["hot"]["cell"] == 1 and "called inside a step loop (line 3 of cell 3)" in finding["hot"]["message"]
     concise = perflsp_cli("check", "nb.ipynb", "--output-format", "concise", "--no-cache").stdout
     assert "nb.ipynb:cell_1:3:12: PFL101" in concise
 

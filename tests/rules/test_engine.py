@@ -41,7 +41,7 @@ def test_hotness_propagates_through_calls_transitively():
                 middle(batch)
         """
     )
-    assert messages == ["in `inner`, called at line 8 in `middle`, called at line 12 inside `for batch in loader` at line 11"]
+    assert messages == ["in `inner`, called from `middle` (line 8), called inside a step loop (line 12)"]
 
 
 def test_markers_comments_and_method_names_make_code_hot():
@@ -64,7 +64,7 @@ def test_markers_comments_and_method_names_make_code_hot():
         def d(t):  # perflsp: hot
             return t.item()
 
-        class Model:
+        class Model:  # not a LightningModule: a method name alone is no entry point
             def training_step(self, batch):
                 return batch.item()
 
@@ -72,26 +72,27 @@ def test_markers_comments_and_method_names_make_code_hot():
             return t.item()
         """
     messages = _hot(source)
-    assert len(messages) == 5
+    assert len(messages) == 4
     assert "marked `@perflsp.hot`" in messages[0] and "marked `@perflsp.profile`" in messages[1]
     assert "marked `# perflsp: hot`" in messages[2] and "marked `# perflsp: hot`" in messages[3]
-    assert "`Model.training_step`, which runs on every step" in messages[4]
-    # the configurable list replaces the default one
-    assert len([f for f in _check(source, hot_functions=("cold",)) if f.code == "PFL101"]) == 5
+    # `hot-functions` adds entry points: a plain name or `Class.method`
+    with_config = [f.hot.message for f in _check(source, hot_functions=("cold", "Model.training_step")) if f.code == "PFL101"]
+    assert len(with_config) == 6 and "which `hot-functions` lists (`cold`)" in with_config[5]
 
 
 def test_comprehensions_and_while_tests_are_hot_but_the_first_iterable_is_not():
     rows = _codes(
         """
         import torch
-        x = torch.ones(3)
-        values = [v.item() for v in x.cpu()]
+        x = torch.ones(3, device="cuda")
+        values = [v.item() for v in x]
+        firsts = [c for c in x.cpu()]
         while x.sum().item() > 0:
             x -= 1
         """
     )
-    assert ("PFL101", 4) in rows and ("PFL101", 5) in rows
-    assert ("PFL102", 4) not in rows  # `x.cpu()` is evaluated once
+    assert ("PFL101", 4) in rows and ("PFL101", 6) in rows
+    assert ("PFL102", 5) not in rows  # `x.cpu()` is evaluated once
 
 
 def _ctx(source):
@@ -242,4 +243,4 @@ def test_notebook_cell_that_does_not_parse_leaves_the_others_analysed():
     cells = ["import torch\n", "def f(:\n", "for b in loader:\n    b.item()\n", "!pip install x\n%time y = 1\n"]
     findings = check_cells(cells, "nb.ipynb", Settings())
     assert [(f.code, f.cell, f.start.row) for f in findings] == [("PFL000", 2, 1), ("PFL101", 3, 2)]
-    assert findings[1].hot.message == "inside `for b in loader` at line 1 of cell 3"
+    assert findings[1].hot.message == "inside the step loop `for b in loader` at line 1 of cell 3"

@@ -52,7 +52,7 @@ def test_every_rule_is_fully_described():
         assert rule.code.startswith("PFL") and len(rule.code) == 6
         assert rule.name == rule.name.lower() and " " not in rule.name
         assert rule.summary and rule.why and rule.how_to_fix
-        assert rule.scope in ("hot", "any")
+        assert rule.scope in ("hot", "any", "setup")
         assert rule.valid and rule.invalid, f"{rule.code} needs valid and invalid examples"
         has_fix_example = any(e.fixed is not None for e in rule.invalid)
         assert (rule.fix_safety is not None) == has_fix_example, f"{rule.code}: a fix needs an example with `fixed`"

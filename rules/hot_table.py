@@ -1,0 +1,74 @@
+"""Where a training or inference step begins, and which code is known to run once: data, not code.
+
+Every row is documented in docs/configuration.md ("Hot code") and has a fixture in
+tests/rules/test_hotness.py. Framework classes are matched by the top-level package of the
+base class's qualified name and the class's own name (`transformers.Trainer`,
+`transformers.trainer.Trainer` and a `Trainer` defined inside transformers itself are one
+class), never by a bare method name: `step` of any class is not an optimizer step.
+"""
+from __future__ import annotations
+
+import re
+from typing import NamedTuple, Tuple
+
+
+class EntryPoint(NamedTuple):
+    packages: Tuple[str, ...]  # top-level packages the base class lives in
+    classes: Tuple[str, ...]  # the base class's own names
+    methods: Tuple[str, ...]  # method names or fnmatch-style patterns (`on_*_batch_*`)
+    why: str  # completes "in `Net.forward`, which ..." in a finding's message
+
+
+ENTRY_POINTS: Tuple[EntryPoint, ...] = (
+    EntryPoint(("torch",), ("Module",), ("forward",), "runs on every forward pass (`nn.Module.forward`)"),
+    EntryPoint(("torch",), ("Function",), ("forward", "backward"),
+               "autograd runs on every forward or backward pass"),
+    EntryPoint(("torch",), ("Optimizer",), ("step",), "runs on every optimizer step (`Optimizer.step`)"),
+    EntryPoint(("lightning", "pytorch_lightning", "lightning_fabric"), ("LightningModule",),
+               ("training_step", "validation_step", "test_step", "predict_step", "forward", "backward",
+                "optimizer_step", "on_*_batch_start", "on_*_batch_end", "on_before_backward",
+                "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad"),
+               "Lightning calls on every batch"),
+    EntryPoint(("lightning", "pytorch_lightning"), ("Callback",),
+               ("on_*_batch_start", "on_*_batch_end", "on_before_backward", "on_after_backward",
+                "on_before_optimizer_step", "on_before_zero_grad"),
+               "Lightning calls on every batch"),
+    EntryPoint(("transformers",), ("Trainer", "Seq2SeqTrainer"),
+               ("compute_loss", "training_step", "prediction_step", "_compute_loss", "compute_loss_func",
+                "_prepare_inputs"),
+               "the HF `Trainer` calls on every training step"),
+    EntryPoint(("torchmetrics",), ("Metric",), ("update", "forward", "_forward_full_state_update",
+                                               "_forward_reduce_state_update"),
+               "torchmetrics calls on every batch a metric sees"),
+    EntryPoint(("diffusers",), ("SchedulerMixin",), ("step", "scale_model_input"),
+               "a diffusers pipeline calls on every denoising step"),
+    EntryPoint(("deepspeed",), ("DeepSpeedEngine",), ("forward", "backward", "step"),
+               "the DeepSpeed engine runs on every step"),
+)
+
+# Decorators that mark a function hot (qualified names through imports).
+HOT_MARKERS = {"perflsp.hot": "@perflsp.hot", "perflsp.profile": "@perflsp.profile"}
+HOT_COMMENT = "perflsp: hot"
+
+# Functions that run once per model, run or data set: cold even with loops inside, unless
+# per-step code calls them.
+COLD_FUNCTIONS = frozenset(
+    """__init__ __post_init__ __init_subclass__ __new__ __repr__ __str__ extra_repr reset_parameters
+    _reset_parameters init_weights _init_weights initialize_weights _initialize_weights setup
+    prepare_data process download _download load_state_dict _load_from_state_dict load_checkpoint
+    _load_checkpoint load_pretrained from_pretrained save_pretrained save_checkpoint state_dict
+    configure_optimizers configure_model parse_args add_argparse_args set_timesteps""".split()
+)
+COLD_PREFIXES = ("load_", "_load_", "save_", "_save_", "build_", "_build_", "init_", "_init_", "setup_",
+                 "_setup_", "prepare_", "download_", "convert_", "plot", "_plot")
+
+# A loop over these is a step loop: one iteration is one step, and what it calls runs per step.
+STEP_ITERABLE = re.compile(r"(loader|batches|data_?iter|timesteps|dataset_iter)$", re.IGNORECASE)
+STEP_RANGE_BOUND = re.compile(
+    r"(steps|iters|iterations|num_training_steps|num_inference_steps|max_iter|max_steps)$", re.IGNORECASE)
+
+# Gradient-accumulation boundaries are per optimizer step: a modulo test on these stays hot.
+ACCUMULATION = re.compile(r"accum", re.IGNORECASE)
+
+# Test code is not per-step code: nothing in these files is hot by default.
+TEST_FILE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$|(^|/)tests?/")

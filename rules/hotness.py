@@ -1,0 +1,110 @@
+"""Is the code at a position hot, and why: the engine's view of the project's per-step model.
+
+The innermost region around a position decides first: a step loop makes it hot, a lazy-init or
+periodic block makes it rare (not reported), a plain loop makes it hot unless its function is
+known to run once. With no region deciding, the function's own status from the project graph
+does. Test files are never hot.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+from perflsp.rules import summary as S
+from perflsp.config import Settings
+from perflsp.rules.project import COLD, STEP, single_file_facts
+
+Position = Tuple[int, int]
+
+
+class Hot(NamedTuple):
+    message: str  # "inside `for batch in loader` at line 4", "in `Net.forward`, which ..."
+    row: int  # the line that makes it hot: a loop header or a def
+
+
+COLD_CODE = "cold"
+
+
+class HotMap:
+    def __init__(self, facts: Dict[str, Any], lines: List[str], line_label: Callable[[int], str]):
+        summary = facts["summary"]
+        self.test = summary["test"]
+        self.module = summary["module"]
+        self.status: Dict[str, List[str]] = facts["functions"]
+        self.functions = sorted(summary["functions"], key=lambda f: (f["start"], -f["end"]))
+        self._starts = [f["start"] for f in self.functions]
+        self.regions: Dict[str, List[list]] = {}
+        for region in summary["regions"]:
+            self.regions.setdefault(region[6], []).append(region)
+        self.lines = lines
+        self.line_label = line_label
+
+    @classmethod
+    def for_source(cls, source: str, path: str, settings: Settings, line_label: Callable[[int], str]) -> "HotMap":
+        """The map of a file judged alone (stdin, an editor buffer with no project graph, a test)."""
+        return cls(single_file_facts(source, path, settings.hot_functions, line_label), source.splitlines(), line_label)
+
+    def at(self, position: Position) -> Optional[Hot]:
+        """Why the code at `position` runs on every step; None when it does not or nobody knows."""
+        hot = self.classify(position)
+        return hot if isinstance(hot, Hot) else None
+
+    def is_cold(self, position: Position) -> bool:
+        """Known to run once or rarely: setup, lazy init, periodic blocks, tests."""
+        return self.classify(position) is COLD_CODE
+
+    def classify(self, position: Position):
+        """A `Hot`, COLD_CODE, or None (no evidence either way)."""
+        if self.test:
+            return COLD_CODE
+        function = self._function_at(position[0])
+        owner = function["key"] if function else f"{self.module}.{S.MODULE_LEVEL}"
+        loop = None
+        for region in self._regions_at(owner, position):
+            kind = region[0]
+            if kind == S.STEP_LOOP:
+                return Hot(f"inside the step loop `{self._header(region[5])}` at {self.line_label(region[5])}", region[5])
+            if kind in (S.LAZY, S.PERIODIC):
+                return COLD_CODE
+            loop = loop or region
+        state = self.status.get(owner)
+        if state is not None and state[0] == COLD:
+            return COLD_CODE
+        where = ""
+        if loop is not None:
+            where = (f"inside a comprehension at {self.line_label(loop[5])}" if loop[0] == S.COMPREHENSION
+                     else f"inside `{self._header(loop[5])}` at {self.line_label(loop[5])}")
+        if state is not None and state[0] == STEP and function is not None:
+            in_function = f"in `{self._label(function['key'])}`, {state[1]}"
+            return Hot(f"{where} {in_function}" if where else in_function, loop[5] if loop else function["row"])
+        return Hot(where, loop[5]) if loop is not None else None
+
+    def function_runs_per_step(self, name: str, class_name: Optional[str]) -> bool:
+        """For rules that judge a whole function (`Class.method` or a plain function's name)."""
+        if self.test:
+            return False
+        label = f"{class_name}.{name}" if class_name else name
+        return any(state[0] == STEP and self._label(key).endswith(label) for key, state in self.status.items())
+
+    def _function_at(self, row: int) -> Optional[Dict[str, Any]]:
+        index = bisect_right(self._starts, row)
+        for function in reversed(self.functions[:index]):  # the latest def that holds `row` is the innermost
+            if function["end"] >= row:
+                return function
+        return None
+
+    def _regions_at(self, owner: str, position: Position) -> List[list]:
+        """Regions of `owner` holding the position, innermost first."""
+        holding = [r for r in self.regions.get(owner, ()) if (r[1], r[2]) <= position <= (r[3], r[4])
+                   and not (r[7] and (r[7][0], r[7][1]) <= position <= (r[7][2], r[7][3]))]
+        holding.sort(key=lambda r: (r[1], r[2]), reverse=True)
+        return holding
+
+    def _label(self, key: str) -> str:
+        return key[len(self.module) + 1:] if key.startswith(self.module + ".") else key
+
+    def _header(self, row: int) -> str:
+        text = self.lines[row - 1].strip() if 0 < row <= len(self.lines) else ""
+        text = text.split("  #", 1)[0].rstrip()
+        text = text[:-1] if text.endswith(":") else text
+        return text if len(text) <= 60 else text[:59] + "…"

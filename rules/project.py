@@ -1,0 +1,324 @@
+"""The project graph: which functions run on every step, which run once, and why.
+
+Built from file summaries alone (`perflsp.rules.summary`), never from a parse, so the CLI builds
+it once per run and the language server rebuilds it after an edit from cached summaries. Evidence,
+strongest first: markers and `hot-functions`, framework entry points recognised through base
+classes (`perflsp.rules.hot_table`), calls made inside step loops, then calls from per-step code,
+across modules. A function cold by name, or reached only from cold code, is cold unless per-step
+code calls it. The answer for one file is a small JSON-able `facts` dict handed to the engine.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from perflsp.rules import summary as S
+from perflsp.rules.hot_table import ENTRY_POINTS
+
+STEP, COLD = "step", "cold"
+_MAX_ALIAS_DEPTH = 8  # re-exports followed through at most this many `__init__` files
+_MAX_CHAIN = 3  # hops named in a hot reason before "…"
+
+
+def _line(row: int) -> str:
+    return f"line {row}"
+
+
+def module_name(path: Path, _memo: Dict[Path, Tuple[str, ...]] = {}) -> Tuple[str, bool]:
+    """(`pkg.sub.mod`, is_package) for a file: the folders above it that hold an `__init__.py`
+    name its package (so `src/` layouts and scripts next to no package work)."""
+    folder = path.parent
+    package = _memo.get(folder)
+    if package is None:
+        parts: List[str] = []
+        current = folder
+        while (current / "__init__.py").is_file() and current.parent != current:
+            parts.append(current.name)
+            current = current.parent
+        package = _memo[folder] = tuple(reversed(parts))
+    if path.stem == "__init__":
+        return ".".join(package) or path.parent.name, True
+    return ".".join([*package, path.stem]), False
+
+
+class Project:
+    """Per-step and cold status of every function in a set of summaries."""
+
+    def __init__(self, files: Iterable[Tuple[str, Dict[str, Any]]], hot_functions: Sequence[str] = ()):
+        self.functions: Dict[str, Dict[str, Any]] = {}
+        self.classes: Dict[str, List[str]] = {}
+        self.imports: Dict[str, Dict[str, str]] = {}  # module -> its import aliases (re-exports)
+        self.paths: Dict[str, str] = {}  # module -> display path
+        self.tests: Set[str] = set()
+        calls: List[Tuple[str, str, int, str]] = []
+        for path, summary in files:
+            module = summary["module"]
+            self.paths[module] = path
+            self.imports[module] = summary["imports"]
+            if summary["test"]:
+                self.tests.add(module)
+            for function in summary["functions"]:
+                self.functions[function["key"]] = {**function, "module": module}
+            for key, info in summary["classes"].items():
+                self.classes[key] = info["bases"]
+            calls.extend((caller, ref, row, site, module) for caller, ref, row, site in summary["calls"])
+        self.subclasses: Dict[str, List[str]] = {}
+        for key in self.classes:
+            for base in self._bases(key):
+                self.subclasses.setdefault(base, []).append(key)
+        self.edges: Dict[str, List[Tuple[str, int, str]]] = {}  # caller -> [(callee, row, site)]
+        for caller, ref, row, site, module in calls:
+            for callee in self.resolve(ref):
+                self.edges.setdefault(caller, []).append((callee, row, site))
+        self.status: Dict[str, Tuple[str, Any]] = {}
+        self._mark_per_step(hot_functions)
+        self._mark_cold()
+
+    # -- name resolution ---------------------------------------------------------------------------
+
+    def resolve(self, ref: str) -> List[str]:
+        """The project functions a call reference can run (none when it leaves the project)."""
+        if ref.startswith("self:"):
+            owner, _, method = ref[5:].rpartition(".")
+            found = self._method(owner, method, skip_self=False)
+            overrides = [f"{sub}.{method}" for sub in self._all_subclasses(owner) if f"{sub}.{method}" in self.functions]
+            return ([found] if found else []) + overrides
+        if ref.startswith("super:"):
+            owner, _, method = ref[6:].rpartition(".")
+            found = self._method(owner, method, skip_self=True)
+            return [found] if found else []
+        target = self._lookup(ref)
+        if target in self.functions:
+            return [target]
+        if target in self.classes:  # constructing an object runs its __init__
+            found = self._method(target, "__init__", skip_self=False)
+            return [found] if found else []
+        return []
+
+    def _lookup(self, ref: str, depth: int = 0) -> Optional[str]:
+        """A function or class key for a dotted name, following imports (re-exports) in the project."""
+        if ref in self.functions or ref in self.classes or depth > _MAX_ALIAS_DEPTH:
+            return ref
+        parts = ref.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            module = ".".join(parts[:cut])
+            aliases = self.imports.get(module)
+            if aliases is None:
+                continue
+            head, rest = parts[cut], parts[cut + 1:]
+            defined = f"{module}.{head}"
+            if defined in self.classes and rest:
+                found = self._method(defined, rest[0], skip_self=False)
+                return found if found and len(rest) == 1 else None
+            if defined in self.functions or defined in self.classes:
+                return defined if not rest else None
+            if head in aliases:
+                return self._lookup(".".join([aliases[head], *rest]), depth + 1)
+            return None
+        return None
+
+    def _bases(self, key: str) -> List[str]:
+        """The base classes of a class, as project class keys or external qualified names."""
+        return [self._lookup(base) or base for base in self.classes.get(key, [])]
+
+    def mro(self, key: str) -> List[str]:
+        order, stack, seen = [], [key], set()
+        while stack:
+            current = stack.pop(0)
+            if current in seen:
+                continue
+            seen.add(current)
+            order.append(current)
+            stack.extend(self._bases(current) if current in self.classes else [])
+        return order
+
+    def _method(self, owner: str, method: str, skip_self: bool) -> Optional[str]:
+        for cls in self.mro(owner)[1 if skip_self else 0:]:
+            if f"{cls}.{method}" in self.functions:
+                return f"{cls}.{method}"
+        return None
+
+    def _all_subclasses(self, key: str) -> List[str]:
+        found, stack = [], list(self.subclasses.get(key, []))
+        while stack:
+            current = stack.pop()
+            if current not in found:
+                found.append(current)
+                stack.extend(self.subclasses.get(current, []))
+        return found
+
+    # -- per-step and cold ----------------------------------------------------------------------------
+
+    def _entry(self, function: Dict[str, Any], hot_functions: Sequence[str]) -> Optional[str]:
+        if function["module"] in self.tests:
+            return None
+        if function["marker"]:
+            return f"which is marked `{function['marker']}`"
+        name, cls = function["name"], function["cls"]
+        ancestry = self.mro(cls) if cls else []
+        for entry in hot_functions:
+            owner, _, method = entry.rpartition(".")
+            if method == name and (not owner or any(c.rpartition(".")[2] == owner for c in ancestry)):
+                return f"which `hot-functions` lists (`{entry}`)"
+        for cls_name in ancestry:
+            top, short = cls_name.split(".", 1)[0], cls_name.rpartition(".")[2]
+            for entry in ENTRY_POINTS:
+                if top in entry.packages and short in entry.classes and S.method_matches(name, entry.methods):
+                    return f"which {entry.why}"
+        return None
+
+    def _mark_per_step(self, hot_functions: Sequence[str]) -> None:
+        queue: deque = deque()
+        for key, function in self.functions.items():
+            why = self._entry(function, hot_functions)
+            if why is not None:
+                self.status[key] = (STEP, ("entry", why))
+                queue.append(key)
+        for caller, edges in self.edges.items():
+            if self._module_of(caller) in self.tests:
+                continue
+            for callee, row, site in edges:
+                if site == S.STEP and callee not in self.status:
+                    self.status[callee] = (STEP, ("step-loop", caller, row))
+                    queue.append(callee)
+        children: Dict[str, List[str]] = {}
+        for key, function in self.functions.items():
+            if function["parent"]:
+                children.setdefault(function["parent"], []).append(key)
+        while queue:
+            key = queue.popleft()
+            for callee, row, site in self.edges.get(key, ()):
+                if site != S.COLD and callee not in self.status:
+                    self.status[callee] = (STEP, ("called", key, row))
+                    queue.append(callee)
+            for child in children.get(key, ()):
+                if child not in self.status:
+                    self.status[child] = (STEP, ("nested", key, self.functions[child]["start"]))
+                    queue.append(child)
+
+    def _mark_cold(self) -> None:
+        """Cold by name or test file, then: every known caller is cold (a worklist with counts,
+        so the pass stays linear in the number of calls)."""
+        queue: deque = deque()
+        for key, function in self.functions.items():
+            if key in self.status:
+                continue
+            if function["module"] in self.tests:
+                self.status[key] = (COLD, "test code")
+            elif function["cold"]:
+                self.status[key] = (COLD, function["cold"])
+            elif function["parent"] and self.status.get(function["parent"], ("",))[0] == COLD:
+                continue  # decided below, once the parent's status is final
+            else:
+                continue
+            queue.append(key)
+        pending: Dict[str, int] = {}
+        waiting: Dict[str, List[str]] = {}
+        for caller, edges in self.edges.items():
+            module_level = caller.endswith("." + S.MODULE_LEVEL)
+            for callee, _, site in edges:
+                if callee in self.status:
+                    continue
+                if site == S.COLD or (module_level and site == S.PLAIN):
+                    pending.setdefault(callee, 0)
+                    continue
+                pending[callee] = pending.get(callee, 0) + 1
+                waiting.setdefault(caller, []).append(callee)
+        for callee, count in pending.items():
+            if count == 0 and callee not in self.status:
+                self.status[callee] = (COLD, "only called from code that runs once")
+                queue.append(callee)
+        while queue:
+            key = queue.popleft()
+            for callee in waiting.get(key, ()):
+                pending[callee] -= 1
+                if pending[callee] == 0 and callee not in self.status:
+                    self.status[callee] = (COLD, "only called from code that runs once")
+                    queue.append(callee)
+        for key, function in self.functions.items():  # closures of cold code are cold
+            parent = function["parent"]
+            while parent and key not in self.status:
+                if parent in self.status:
+                    if self.status[parent][0] == COLD:
+                        self.status[key] = (COLD, f"defined in `{self.label(parent)}`, which runs once")
+                    break
+                parent = self.functions.get(parent, {}).get("parent")
+
+    def _module_of(self, key: str) -> str:
+        function = self.functions.get(key)
+        return function["module"] if function else key.rpartition(".")[0]
+
+    # -- answers ----------------------------------------------------------------------------------
+
+    def label(self, key: str) -> str:
+        """`Class.method` for a function key (its module left out)."""
+        module = self._module_of(key)
+        if key.endswith("." + S.MODULE_LEVEL):
+            return "the module's top level"
+        return key[len(module) + 1:] if key.startswith(module + ".") else key
+
+    def _where(self, key: str, row: int, here: str, label: Callable[[int], str]) -> str:
+        module = self._module_of(key)
+        if module == here:
+            return label(row)
+        return f"{os.path.basename(self.paths.get(module, ''))}:{row}"
+
+    def explain(self, key: str, label: Callable[[int], str] = _line) -> Optional[str]:
+        """Why `key` runs on every step, as the tail of a sentence: "which the HF `Trainer` runs on
+        every training step" or "called from `f` (a.py:12), which ...". Rows in `key`'s own file
+        are named by `label`."""
+        here = self._module_of(key)
+        hops: List[str] = []
+        current = key
+        for _ in range(64):  # a chain is acyclic by construction; the bound is belt and braces
+            state = self.status.get(current)
+            if state is None or state[0] != STEP:
+                return None
+            how = state[1]
+            if how[0] == "entry":
+                tail = how[1]
+                break
+            caller, row = how[1], how[2]
+            if how[0] == "step-loop":
+                tail = f"called inside a step loop ({self._where(caller, row, here, label)})"
+                break
+            verb = "defined in" if how[0] == "nested" else "called from"
+            hops.append(f"{verb} `{self.label(caller)}` ({self._where(caller, row, here, label)})")
+            current = caller
+        else:
+            return None
+        if len(hops) > _MAX_CHAIN:
+            hops = hops[:_MAX_CHAIN - 1] + ["…"]
+        return ", ".join([*hops, tail]) if hops else tail
+
+    def facts(self, module: str, summary: Dict[str, Any], label: Callable[[int], str] = _line) -> Dict[str, Any]:
+        """What the engine needs about one file: its summary and its functions' status."""
+        functions: Dict[str, List[str]] = {}
+        for function in summary["functions"]:
+            key = function["key"]
+            state = self.status.get(key)
+            if state is None:
+                continue
+            if state[0] == STEP:
+                functions[key] = [STEP, self.explain(key, label) or "runs on every step"]
+            else:
+                functions[key] = [COLD, state[1]]
+        return {"summary": summary, "functions": functions}
+
+
+def facts_digest(facts: Dict[str, Any]) -> str:
+    """A key for cached findings: they change when the file's functions change status."""
+    payload = json.dumps(facts["functions"], sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def single_file_facts(source: str, path: str, hot_functions: Sequence[str] = (),
+                      label: Callable[[int], str] = _line) -> Dict[str, Any]:
+    """Facts for a file checked alone (stdin, a test, an editor buffer with no project graph)."""
+    module, is_package = module_name(Path(path)) if path not in ("", "<stdin>", "-") else ("__main__", False)
+    summary = S.summarize(source, module, is_package, path)
+    return Project([(path, summary)], hot_functions).facts(module, summary, label)

@@ -1,0 +1,335 @@
+"""A file's summary for the project-wide per-step model: definitions, base classes, calls, and the
+regions of code that repeat (loops) or run rarely (lazy-init and periodic blocks).
+
+Built with the stdlib `ast` (its parse costs a tenth of libcst's), JSON-able so the cache can keep
+it by content, and independent of settings. The project graph (`perflsp.rules.project`) is built
+from summaries alone; rules never read them.
+"""
+from __future__ import annotations
+
+import ast
+import fnmatch
+from typing import Any, Dict, List, Optional, Tuple
+
+from perflsp.rules.hot_table import (
+    ACCUMULATION, COLD_FUNCTIONS, COLD_PREFIXES, HOT_COMMENT, HOT_MARKERS, STEP_ITERABLE, STEP_RANGE_BOUND,
+    TEST_FILE,
+)
+
+VERSION = 1  # bump when the shape or meaning of a summary changes (the cache keys on it)
+MODULE_LEVEL = "<module>"
+
+# Region kinds, innermost region decides: a step loop makes its body and callees per step, a
+# plain loop makes only its body hot, lazy-init and periodic blocks run rarely.
+STEP_LOOP, LOOP, COMPREHENSION, LAZY, PERIODIC = "step-loop", "loop", "comprehension", "lazy-init", "periodic"
+# Call sites: what a call passes on to its callee. STEP: inside a step loop (per step whatever
+# the caller); COLD: inside a lazy-init or periodic block (nothing); LOOP: inside another loop;
+# PLAIN: the caller's own status.
+STEP, COLD, LOOP_SITE, PLAIN = "step", "cold", "loop", "plain"
+
+Span = Tuple[int, int, int, int]  # start row, start column, end row, end column (code points)
+# A region: [kind, *span, header row, owner function key, span left out (a comprehension's first
+# iterable) or None].
+
+
+def summarize(source: str, module: str, is_package: bool = False, path: str = "") -> Dict[str, Any]:
+    """The summary of one file's source; a file `ast` cannot parse gets an empty one."""
+    summary: Dict[str, Any] = {
+        "version": VERSION, "module": module, "test": bool(TEST_FILE.search(path.replace("\\", "/"))),
+        "imports": {}, "classes": {}, "functions": [], "calls": [], "regions": [],
+    }
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return summary
+    try:
+        _Summarizer(summary, source, module, is_package).visit_module(tree)
+    except RecursionError:  # absurdly nested code: what was summarised so far stands
+        pass
+    return summary
+
+
+class _Scope:
+    __slots__ = ("key", "class_key", "locals", "regions")
+
+    def __init__(self, key: str, class_key: Optional[str]):
+        self.key = key
+        self.class_key = class_key  # the class whose method this is (for `self.m()`)
+        self.locals: Dict[str, str] = {}  # nested defs: name -> key
+        self.regions: List[Tuple[str, Span]] = []  # enclosing regions, innermost last
+
+
+class _Summarizer:
+    def __init__(self, summary: Dict[str, Any], source: str, module: str, is_package: bool):
+        self.out = summary
+        self.lines = source.splitlines()
+        self.module = module
+        self.package = module if is_package else module.rpartition(".")[0]
+        self.imports: Dict[str, str] = summary["imports"]
+        self.top: Dict[str, str] = {}  # module-level defs and classes: name -> key
+
+    # -- statements -------------------------------------------------------------------------------
+
+    def visit_module(self, tree: ast.Module) -> None:
+        for node in _top_level(tree.body):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.top[node.name] = f"{self.module}.{node.name}"
+        self.block(tree.body, _Scope(f"{self.module}.{MODULE_LEVEL}", None))
+
+    def block(self, body: List[ast.stmt], scope: _Scope) -> None:
+        for stmt in body:
+            self.statement(stmt, scope)
+
+    def statement(self, node: ast.stmt, scope: _Scope) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self.function(node, scope)
+        elif isinstance(node, ast.ClassDef):
+            self.klass(node, scope)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            self.import_(node)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            self.exprs([node.iter], scope)
+            kind = STEP_LOOP if _is_step_iterable(node.iter) else LOOP
+            self.region(kind, node, scope, lambda: (self.exprs([node.target], scope), self.block(node.body, scope)))
+            self.block(node.orelse, scope)
+        elif isinstance(node, ast.While):
+            kind = STEP_LOOP if _is_step_condition(node.test) else LOOP
+            self.region(kind, node, scope, lambda: (self.exprs([node.test], scope), self.block(node.body, scope)))
+            self.block(node.orelse, scope)
+        elif isinstance(node, ast.If):
+            self.exprs([node.test], scope)
+            kind = _rare_block(node)
+            if kind is None:
+                self.block(node.body, scope)
+            else:  # the `if` up to the end of its body: an `else` runs on the other steps
+                span = self.span(node)[:2] + self.span(node.body[-1])[2:]
+                self.enter(kind, span, node.lineno, scope, lambda: self.block(node.body, scope))
+            self.block(node.orelse, scope)
+        else:
+            nested = [getattr(node, f, None) for f in ("body", "orelse", "finalbody", "handlers", "cases")]
+            blocks = [b for b in nested if isinstance(b, list) and b and isinstance(b[0], (ast.stmt, ast.excepthandler))]
+            heads = [v for f, v in ast.iter_fields(node) if f not in ("body", "orelse", "finalbody", "handlers", "cases")]
+            self.exprs([n for v in heads for n in (v if isinstance(v, list) else [v]) if isinstance(n, ast.AST)], scope)
+            for items in blocks:
+                for item in items:
+                    if isinstance(item, ast.stmt):
+                        self.statement(item, scope)
+                    else:  # an except handler or a match case
+                        self.exprs([getattr(item, "type", None), getattr(item, "guard", None)], scope)
+                        self.block(item.body, scope)
+
+    def function(self, node, scope: _Scope) -> None:
+        in_class = scope.class_key is not None and scope.key == scope.class_key
+        key = _child(scope.key, node.name)
+        if not in_class:
+            scope.locals[node.name] = key
+        self.exprs([*node.decorator_list, node.args], scope)
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        self.out["functions"].append({
+            "key": key, "name": node.name, "cls": scope.class_key if in_class else None,
+            "parent": None if in_class or scope.key.endswith(MODULE_LEVEL) else scope.key,
+            "start": first, "end": node.end_lineno or node.lineno, "row": node.lineno,
+            "marker": self.marker(node, first), "cold": _cold_name(node.name),
+        })
+        self.block(node.body, _Scope(key, scope.class_key))  # a closure in a method still sees `self`
+
+    def klass(self, node: ast.ClassDef, scope: _Scope) -> None:
+        key = _child(scope.key, node.name)
+        scope.locals[node.name] = key
+        self.exprs([*node.decorator_list, *node.bases, *(k.value for k in node.keywords)], scope)
+        bases = [r for r in (self.ref(b, scope) for b in node.bases) if r]
+        self.out["classes"][key] = {"bases": bases, "row": node.lineno}
+        self.block(node.body, _Scope(key, key))
+
+    def import_(self, node) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    self.imports[alias.asname] = alias.name
+                else:
+                    head = alias.name.split(".")[0]
+                    self.imports.setdefault(head, head)
+            return
+        base = node.module or ""
+        if node.level:
+            package = self.package.split(".") if self.package else []
+            package = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+            base = ".".join([*package, *([base] if base else [])])
+        for alias in node.names:
+            if alias.name != "*":
+                self.imports[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
+
+    # -- regions ----------------------------------------------------------------------------------
+
+    def region(self, kind: str, node: ast.stmt, scope: _Scope, visit) -> None:
+        self.enter(kind, self.span(node), node.lineno, scope, visit)
+
+    def span(self, node: ast.AST) -> Span:
+        end_row = node.end_lineno or node.lineno
+        return (node.lineno, self.column(node.lineno, node.col_offset), end_row, self.column(end_row, node.end_col_offset or 0))
+
+    def enter(self, kind: str, span: Span, header: int, scope: _Scope, visit) -> None:
+        self.out["regions"].append([kind, *span, header, scope.key, None])
+        scope.regions.append((kind, span))
+        try:
+            visit()
+        finally:
+            scope.regions.pop()
+
+    # -- expressions: calls and comprehensions ------------------------------------------------------
+
+    def exprs(self, nodes, scope: _Scope) -> None:
+        for root in nodes:
+            if root is None:
+                continue
+            for node in ast.walk(root):
+                if isinstance(node, ast.Call):
+                    ref = self.ref(node.func, scope)
+                    if ref is not None:
+                        self.out["calls"].append([scope.key, ref, node.lineno, _site(scope.regions)])
+                elif isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                    # the first iterable is evaluated once: the region leaves it out
+                    self.out["regions"].append([COMPREHENSION, *self.span(node), node.lineno, scope.key,
+                                                self.span(node.generators[0].iter)])
+
+    def ref(self, func: ast.expr, scope: _Scope) -> Optional[str]:
+        """What a called or base-class expression names, as a project-wide reference:
+        `pkg.mod.f`, `self:pkg.mod.C.m` (through the class's MRO), `super:pkg.mod.C.m`."""
+        parts: List[str] = []
+        while isinstance(func, ast.Attribute):
+            parts.append(func.attr)
+            func = func.value
+        parts.reverse()
+        if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "super" and parts:
+            return f"super:{scope.class_key}.{parts[0]}" if scope.class_key else None
+        if not isinstance(func, ast.Name):
+            return None
+        head = func.id
+        if head in ("self", "cls") and scope.class_key and parts:
+            return f"self:{scope.class_key}.{parts[0]}" if len(parts) == 1 else None
+        base = scope.locals.get(head) or self.top.get(head) or self.imports.get(head)
+        if base is None:
+            return None
+        return ".".join([base, *parts])
+
+    def marker(self, node, first: int) -> Optional[str]:
+        for decorator in node.decorator_list:
+            target = decorator.func if isinstance(decorator, ast.Call) else decorator
+            name = self.ref(target, _Scope("", None))
+            if name in HOT_MARKERS:
+                return HOT_MARKERS[name]
+        rows = range(max(first - 1, 1), node.body[0].lineno if node.body else node.lineno + 1)
+        if any(HOT_COMMENT in self.lines[r - 1] for r in rows if r - 1 < len(self.lines)):
+            return f"# {HOT_COMMENT}"
+        return None
+
+    def column(self, row: int, byte_offset: int) -> int:
+        """ast counts columns in UTF-8 bytes, libcst (and the findings) in code points."""
+        line = self.lines[row - 1] if 0 < row <= len(self.lines) else ""
+        if line.isascii():
+            return byte_offset
+        return len(line.encode("utf-8")[:byte_offset].decode("utf-8", "replace"))
+
+
+def _child(scope_key: str, name: str) -> str:
+    if scope_key.endswith("." + MODULE_LEVEL):
+        scope_key = scope_key[: -len(MODULE_LEVEL) - 1]
+    return f"{scope_key}.{name}"
+
+
+def _top_level(body: List[ast.stmt]):
+    """Statements at module level, looking inside `if`/`try` (conditional definitions)."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(node, field, None)
+            if isinstance(node, (ast.If, ast.Try)) and isinstance(inner, list):
+                yield from _top_level(inner)
+
+
+def _site(regions: List[Tuple[str, Span]]) -> str:
+    looped = False
+    for kind, _ in reversed(regions):
+        if kind == STEP_LOOP:
+            return STEP
+        if kind in (LAZY, PERIODIC):
+            return COLD
+        looped = True
+    return LOOP_SITE if looped else PLAIN
+
+
+def _names(node: ast.AST) -> List[str]:
+    return [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute))]
+
+
+def _is_step_iterable(node: ast.expr) -> bool:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
+        return any(STEP_RANGE_BOUND.search(n) for arg in node.args for n in _names(arg))
+    return any(STEP_ITERABLE.search(n) for n in _names(node))
+
+
+def _is_step_condition(test: ast.expr) -> bool:
+    """`while not done`, `while step < max_steps`: a training loop written as a while."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, (ast.Name, ast.Attribute)):
+        return True
+    return isinstance(test, ast.Compare) and any(STEP_RANGE_BOUND.search(n) for n in _names(test))
+
+
+def _rare_block(node: ast.If) -> Optional[str]:
+    """LAZY for `if self.x is None: self.x = ...`, PERIODIC for `if step % every == 0:`."""
+    test = node.test
+    if _is_modulo_test(test) and not any(ACCUMULATION.search(n) for n in _names(test)):
+        return PERIODIC
+    attribute = _none_tested_attribute(test)
+    if attribute is not None and _initialises(node.body, attribute):
+        return LAZY
+    return None
+
+
+def _is_modulo_test(test: ast.expr) -> bool:
+    if isinstance(test, ast.BoolOp):
+        return any(_is_modulo_test(v) for v in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return isinstance(test.operand, ast.BinOp) and isinstance(test.operand.op, ast.Mod)
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.BinOp) and isinstance(test.left.op, ast.Mod)
+            and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == 0 and isinstance(test.ops[0], ast.Eq))
+
+
+def _none_tested_attribute(test: ast.expr) -> Optional[str]:
+    """`x` for `self.x is None` or `not hasattr(self, "x")`: state kept on an object between calls
+    (a local `if mask is None: mask = ...` is a per-call default, not a lazy init)."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is):
+        right = test.comparators[0]
+        if isinstance(right, ast.Constant) and right.value is None and isinstance(test.left, ast.Attribute):
+            return test.left.attr
+    if (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call)
+            and isinstance(test.operand.func, ast.Name) and test.operand.func.id == "hasattr"
+            and len(test.operand.args) == 2 and isinstance(test.operand.args[1], ast.Constant)):
+        return str(test.operand.args[1].value)
+    return None
+
+
+def _initialises(body: List[ast.stmt], attribute: str) -> bool:
+    """The block sets the attribute, or calls an initialiser (`self._init_step_index(t)`)."""
+    for node in (n for stmt in body for n in ast.walk(stmt)):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Attribute) and t.attr == attribute for t in targets):
+                return True
+        if isinstance(node, ast.Call) and "init" in (_names(node.func) or [""])[0].lower():
+            return True
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == attribute):
+            return True
+    return False
+
+
+def _cold_name(name: str) -> Optional[str]:
+    if name in COLD_FUNCTIONS or name.startswith(COLD_PREFIXES):
+        return f"`{name}` runs once (setup, loading or saving)"
+    return None
+
+
+def method_matches(name: str, patterns) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)

@@ -1,0 +1,314 @@
+"""The per-step model across a project: entry points, cold contexts, periodic code, the call graph.
+
+Each test writes a small project to disk and checks it the way `perflsp check` does (summaries,
+project graph, then the rules), so imports, packages and re-exports are resolved for real.
+"""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+
+from perflsp.rules.runner import Cache, check_paths, discover
+
+
+def _project(root: Path, files: Dict[str, str], **overrides) -> List[Tuple[str, int, str, str]]:
+    """(relative path, row, code, hot message) of every finding in the project."""
+    (root / "perflsp.toml").write_text("")
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    results = check_paths(discover([str(root)]), overrides, jobs=1)
+    return [(Path(r.path).relative_to(root).as_posix(), f.start.row, f.code, f.hot.message if f.hot else "")
+            for r in results for f in r.findings]
+
+
+def _rows(found, code="PFL101") -> List[Tuple[str, int]]:
+    return [(path, row) for path, row, c, _ in found if c == code]
+
+
+def test_module_forward_is_an_entry_point_through_imports(tmp_path):
+    found = _project(tmp_path, {"net.py": """
+        from torch import nn
+
+        class Net(nn.Module):
+            def forward(self, x):
+                return x.sum().item()
+
+        class NotAModule:
+            def forward(self, x):
+                return x.sum().item()
+        """})
+    assert _rows(found) == [("net.py", 6)]
+    assert "in `Net.forward`, which runs on every forward pass (`nn.Module.forward`)" in found[0][3]
+
+
+def test_trainer_subclass_across_modules_and_its_helpers(tmp_path):
+    found = _project(tmp_path, {
+        "pkg/__init__.py": "from .stats import log_stats\n",
+        "pkg/stats.py": """
+            def log_stats(loss):
+                return loss.mean().item()
+
+            def unused(loss):
+                return loss.mean().item()
+            """,
+        "pkg/base.py": """
+            from transformers import Trainer
+
+            class BaseTrainer(Trainer):
+                pass
+            """,
+        "pkg/sft.py": """
+            from pkg import log_stats
+            from .base import BaseTrainer
+
+            class SFTTrainer(BaseTrainer):
+                def compute_loss(self, model, inputs):
+                    loss = model(**inputs).loss
+                    log_stats(loss)
+                    return loss
+            """,
+    })
+    assert _rows(found) == [("pkg/stats.py", 3)]
+    message = found[0][3]
+    assert "in `log_stats`, called from `SFTTrainer.compute_loss` (sft.py:8)" in message
+    assert "the HF `Trainer` calls on every training step" in message
+
+
+def test_method_name_alone_is_not_an_entry_point(tmp_path):
+    found = _project(tmp_path, {"sched.py": """
+        class Schedule:
+            def step(self, t):
+                return t.max().item()
+
+            def training_step(self, batch):
+                return batch.sum().item()
+        """})
+    assert _rows(found) == []
+
+
+def test_framework_class_inside_its_own_repository(tmp_path):
+    found = _project(tmp_path, {
+        "torchmetrics/__init__.py": "",
+        "torchmetrics/metric.py": """
+            class Metric:
+                def update(self, preds):
+                    return preds.sum().item()
+            """,
+        "torchmetrics/functional/__init__.py": "",
+        "torchmetrics/functional/acc.py": """
+            import torch
+
+            def _acc_update(preds: torch.Tensor, target: torch.Tensor):
+                return int((preds == target).sum())
+            """,
+        "torchmetrics/acc.py": """
+            from torchmetrics.metric import Metric
+            from torchmetrics.functional.acc import _acc_update
+
+            class Accuracy(Metric):
+                def update(self, preds, target):
+                    self.correct += _acc_update(preds, target)
+            """,
+    })
+    assert ("torchmetrics/metric.py", 4) in _rows(found)
+    assert ("torchmetrics/functional/acc.py", 5) in _rows(found, "PFL103")
+
+
+def test_cold_contexts_even_with_loops(tmp_path):
+    found = _project(tmp_path, {"model.py": """
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self, sizes):
+                super().__init__()
+                self.scale = [torch.tensor(s).item() for s in sizes]
+                self.table = build_table(sizes)
+
+            def reset_parameters(self):
+                for p in self.parameters():
+                    p.data.norm().item()
+
+            def forward(self, x):
+                if self.cache is None:
+                    self.cache = x.max().item()
+                return x
+
+        def build_table(sizes):
+            for s in sizes:
+                torch.tensor(s).item()
+
+        def prepare_data(paths):
+            for p in paths:
+                torch.load(p).sum().item()
+        """})
+    assert _rows(found) == []
+
+
+def test_per_step_evidence_beats_a_cold_name(tmp_path):
+    found = _project(tmp_path, {"model.py": """
+        from torch import nn
+
+        class Net(nn.Module):
+            def forward(self, x):
+                self.reset_parameters()
+                return x
+
+            def reset_parameters(self):
+                for p in self.parameters():
+                    p.norm().item()
+        """})
+    assert _rows(found) == [("model.py", 11)]
+    assert "in `Net.reset_parameters`, called from `Net.forward` (line 6)" in found[0][3]
+
+
+def test_periodic_code_is_amortised_but_accumulation_boundaries_stay_hot(tmp_path):
+    found = _project(tmp_path, {"train.py": """
+        def train(model, loader, optimizer, log_every, accum_steps):
+            for step, batch in enumerate(loader):
+                loss = model(batch)
+                if step % log_every == 0:
+                    print(loss.item())
+                    log_metrics(loss)
+                if (step + 1) % accum_steps == 0:
+                    print(loss.item())
+
+        def log_metrics(loss):
+            for _ in range(3):
+                loss.item()
+        """})
+    assert _rows(found) == [("train.py", 9)]  # log_metrics is only called every N steps
+
+
+def test_step_loops_make_callees_per_step_and_plain_loops_only_their_body(tmp_path):
+    found = _project(tmp_path, {
+        "steps.py": """
+            def train_step(batch):
+                return batch.sum().item()
+
+            def summarise(t):
+                return t.sum().item()
+            """,
+        "main.py": """
+            from steps import summarise, train_step
+
+            def report(values):
+                for v in values:
+                    summarise(v)
+                    v.item()
+
+            if __name__ == "__main__":
+                for batch in train_loader:
+                    train_step(batch)
+            """,
+    })
+    assert sorted(_rows(found)) == [("main.py", 7), ("steps.py", 3)]
+    hot = dict(((p, r), m) for p, r, c, m in found)
+    assert "called inside a step loop (main.py:11)" in hot[("steps.py", 3)]
+
+
+def test_test_files_are_not_hot(tmp_path):
+    source = """
+        def test_loop(loader):
+            for batch in loader:
+                batch.sum().item()
+        """
+    found = _project(tmp_path, {"tests/test_a.py": source, "conftest.py": source, "a_test.py": source})
+    assert _rows(found) == []
+
+
+def test_hot_functions_config_covers_subclasses(tmp_path):
+    files = {"runner.py": """
+        class Runner:
+            def run(self, x):
+                return x.item()
+
+        class Fast(Runner):
+            def run(self, x):
+                return x.item()
+
+        class Other:
+            def run(self, x):
+                return x.item()
+        """}
+    assert _rows(_project(tmp_path, files, **{"hot-functions": ["Runner.run"]})) == [("runner.py", 4), ("runner.py", 8)]
+
+
+def test_markers(tmp_path):
+    found = _project(tmp_path, {"m.py": """
+        import perflsp
+
+        @perflsp.hot
+        def a(t):
+            return t.item()
+
+        # perflsp: hot
+        def b(t):
+            return t.item()
+        """})
+    assert _rows(found) == [("m.py", 6), ("m.py", 10)]
+
+
+def test_lightning_hooks(tmp_path):
+    found = _project(tmp_path, {"lit.py": """
+        import lightning.pytorch as pl
+
+        class Lit(pl.LightningModule):
+            def training_step(self, batch, batch_idx):
+                return batch.sum().item()
+
+            def on_train_batch_end(self, outputs, batch, batch_idx):
+                return outputs.item()
+
+            def configure_optimizers(self):
+                return [p.norm().item() for p in self.parameters()]
+        """})
+    assert _rows(found) == [("lit.py", 6), ("lit.py", 9)]
+
+
+def test_setup_rules_report_in_init_and_per_execution_rules_do_not(tmp_path):
+    found = _project(tmp_path, {"m.py": """
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader
+
+        class Net(nn.Module):
+            def __init__(self, data):
+                super().__init__()
+                self.loader = DataLoader(data, batch_size=32)
+                self.table = torch.randn(8).cuda()
+        """})
+    codes = {c for _, _, c, _ in found}
+    assert "PFL601" in codes and "PFL402" not in codes
+
+
+@pytest.mark.parametrize("files", [
+    {"a.py": "from b import g\ndef f(x):\n    return g(x)\n", "b.py": "from a import f\ndef g(x):\n    return f(x)\n"},
+    {"a.py": "from b import *\nfrom nowhere import thing\nthing.attr.call()\n", "b.py": "from a import *\n"},
+    {"pkg/__init__.py": "from .pkg import pkg\n", "pkg/pkg.py": "from . import pkg\n"},
+])
+def test_cycles_star_imports_and_unresolved_names_only_make_less_code_hot(tmp_path, files):
+    _project(tmp_path, files)
+
+
+def test_warm_run_reanalyses_only_what_changed(tmp_path):
+    files = {
+        "helpers.py": "def helper(t):\n    return t.item()\n",
+        "model.py": "from torch import nn\nfrom helpers import helper\n\nclass Net(nn.Module):\n"
+                    "    def forward(self, x):\n        return helper(x)\n",
+        "other.py": "def unrelated(t):\n    return t\n",
+    }
+    _project(tmp_path, files)
+    cache = Cache(tmp_path / ".perflsp_cache")
+    paths = discover([str(tmp_path)])
+    check_paths(paths, jobs=1, cache=cache)
+    (tmp_path / "model.py").write_text(files["model.py"].replace("return helper(x)", "return x"))
+    results = {Path(r.path).name: r for r in check_paths(paths, jobs=1, cache=Cache(tmp_path / ".perflsp_cache"))}
+    assert results["other.py"].cached
+    assert not results["model.py"].cached and not results["helpers.py"].cached  # helper is no longer per step
+    assert results["helpers.py"].findings == []
