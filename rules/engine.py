@@ -58,8 +58,9 @@ def check_source(source: str, path: str, settings: Settings,
     ctx.locate(_nodes_to_locate(candidates))
     reports: List[Tuple[Rule, Report, Optional[Hot]]] = []
     for rule, report in candidates:
-        reason = hot.classify(ctx.range_of(report.node)[0])
-        if _reported(rule, reason, settings, hot.test):
+        position = ctx.range_of(report.node)[0]
+        reason = hot.classify(position)
+        if _reported(rule, reason, settings, lambda: hot.is_one_off(position)):
             reports.append((rule, report, reason if isinstance(reason, Hot) else None))
     findings = [_finding(ctx, rule, report, reason, path, settings) for rule, report, reason in reports]
     findings = [f for f in findings if not suppress.is_suppressed(f.code, {f.start.row, f.end.row}, comments)]
@@ -67,14 +68,14 @@ def check_source(source: str, path: str, settings: Settings,
     return findings
 
 
-def _reported(rule: Rule, reason: object, settings: Settings, in_tests: bool) -> bool:
+def _reported(rule: Rule, reason: object, settings: Settings, one_off: Callable[[], bool]) -> bool:
     """"hot" rules report in per-step code, "any" rules wherever the code is not known to run once
-    (a cost paid per execution), "setup" rules everywhere but tests (a DataLoader built once in
-    `__init__` still costs every step)."""
+    (a cost paid per execution), "setup" rules everywhere but in tests and one-off work such as
+    dataset processing (a DataLoader built once in `__init__` still costs every step)."""
     if isinstance(reason, Hot) or settings.reports_cold(rule.code):
         return True
     if rule.scope == "setup":
-        return not in_tests
+        return not one_off()
     return rule.scope == "any" and reason is not COLD_CODE
 
 

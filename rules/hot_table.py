@@ -12,6 +12,11 @@ import re
 from typing import NamedTuple, Tuple
 
 
+# Every class of `torch.nn` with a capitalised name (`nn.LayerNorm`, `nn.Sequential`, ...) is an
+# `nn.Module`: a subclass's `forward` is an entry point like a direct subclass's.
+TORCH_NN = "torch.nn."
+
+
 class EntryPoint(NamedTuple):
     packages: Tuple[str, ...]  # top-level packages the base class lives in
     classes: Tuple[str, ...]  # the base class's own names
@@ -21,6 +26,8 @@ class EntryPoint(NamedTuple):
 
 ENTRY_POINTS: Tuple[EntryPoint, ...] = (
     EntryPoint(("torch",), ("Module",), ("forward",), "runs on every forward pass (`nn.Module.forward`)"),
+    EntryPoint(("transformers",), ("PreTrainedModel",), ("forward",), "runs on every forward pass (a model's `forward`)"),
+    EntryPoint(("diffusers",), ("ModelMixin",), ("forward",), "runs on every forward pass (a model's `forward`)"),
     EntryPoint(("torch",), ("Function",), ("forward", "backward"),
                "autograd runs on every forward or backward pass"),
     EntryPoint(("torch",), ("Optimizer",), ("step",), "runs on every optimizer step (`Optimizer.step`)"),
@@ -46,6 +53,25 @@ ENTRY_POINTS: Tuple[EntryPoint, ...] = (
                "the DeepSpeed engine runs on every step"),
 )
 
+# Framework methods that run once per run, epoch or logging interval: cold even with loops inside,
+# unless per-step code calls them directly.
+RARE_METHODS: Tuple[EntryPoint, ...] = (
+    EntryPoint(("lightning", "pytorch_lightning", "lightning_fabric"), ("Logger", "LightningLoggerBase"),
+               ("log_metrics", "log_hyperparams", "log_graph", "save", "finalize", "after_save_checkpoint"),
+               "a logger method: it runs once per logging interval"),
+    EntryPoint(("lightning", "pytorch_lightning"), ("LightningModule", "Callback"),
+               ("on_*_epoch_start", "on_*_epoch_end", "on_fit_*", "on_train_start", "on_train_end",
+                "on_validation_start", "on_validation_end", "on_test_start", "on_test_end", "setup", "teardown",
+                "configure_*", "on_save_checkpoint", "on_load_checkpoint", "*_dataloader"),
+               "a Lightning hook that runs once per epoch or per run"),
+    EntryPoint(("torchmetrics",), ("Metric",), ("compute", "reset", "plot", "_sync_dist", "sync", "unsync"),
+               "torchmetrics runs it once per epoch (compute, sync, reset)"),
+    EntryPoint(("transformers",), ("Trainer", "Seq2SeqTrainer"),
+               ("log", "save_model", "create_optimizer", "create_scheduler", "_save_checkpoint",
+                "_load_from_checkpoint", "get_train_dataloader", "get_eval_dataloader"),
+               "the HF `Trainer` runs it once per run or logging interval"),
+)
+
 # Decorators that mark a function hot (qualified names through imports).
 HOT_MARKERS = {"perflsp.hot": "@perflsp.hot", "perflsp.profile": "@perflsp.profile"}
 HOT_COMMENT = "perflsp: hot"
@@ -60,12 +86,16 @@ COLD_FUNCTIONS = frozenset(
     configure_optimizers configure_model parse_args add_argparse_args set_timesteps""".split()
 )
 COLD_PREFIXES = ("load_", "_load_", "save_", "_save_", "build_", "_build_", "init_", "_init_", "setup_",
-                 "_setup_", "prepare_", "download_", "convert_", "plot", "_plot")
+                 "_setup_", "set_", "prepare_", "download_", "convert_", "plot", "_plot")
+# One-off work on data or for people (dataset processing, conversion, debugging output): not even
+# what it sets up runs per step, so the setup rules (a DataLoader's workers, ...) stay silent too.
+ONE_OFF_FUNCTIONS = ("process", "_process", "download", "_download", "prepare_data", "preprocess*", "convert_*",
+                     "*print*", "debug*", "_debug*", "dump*", "_dump*", "plot*", "_plot*", "visuali[sz]e*")
 
 # A loop over these is a step loop: one iteration is one step, and what it calls runs per step.
 STEP_ITERABLE = re.compile(r"(loader|batches|data_?iter|timesteps|dataset_iter)$", re.IGNORECASE)
 STEP_RANGE_BOUND = re.compile(
-    r"(steps|iters|iterations|num_training_steps|num_inference_steps|max_iter|max_steps)$", re.IGNORECASE)
+    r"(steps|iters|iterations|batches|max_iter)$", re.IGNORECASE)
 
 # Gradient-accumulation boundaries are per optimizer step: a modulo test on these stays hot.
 ACCUMULATION = re.compile(r"accum", re.IGNORECASE)

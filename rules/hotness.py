@@ -33,6 +33,7 @@ class HotMap:
         self.status: Dict[str, List[str]] = facts["functions"]
         self.functions = sorted(summary["functions"], key=lambda f: (f["start"], -f["end"]))
         self._starts = [f["start"] for f in self.functions]
+        self._by_key = {f["key"]: f for f in self.functions}
         self.regions: Dict[str, List[list]] = {}
         for region in summary["regions"]:
             self.regions.setdefault(region[6], []).append(region)
@@ -49,9 +50,17 @@ class HotMap:
         hot = self.classify(position)
         return hot if isinstance(hot, Hot) else None
 
-    def is_cold(self, position: Position) -> bool:
-        """Known to run once or rarely: setup, lazy init, periodic blocks, tests."""
-        return self.classify(position) is COLD_CODE
+    def is_one_off(self, position: Position) -> bool:
+        """In tests, or in a function (or a closure of one) named for one-off work such as dataset
+        processing or debugging output: even what such code sets up does not run per step."""
+        if self.test:
+            return True
+        function = self._function_at(position[0])
+        while function is not None:
+            if S.is_one_off(function["name"]) and self.status.get(function["key"], ("",))[0] != STEP:
+                return True
+            function = self._by_key.get(function["parent"] or "")
+        return False
 
     def classify(self, position: Position):
         """A `Hot`, COLD_CODE, or None (no evidence either way)."""
@@ -59,15 +68,17 @@ class HotMap:
             return COLD_CODE
         function = self._function_at(position[0])
         owner = function["key"] if function else f"{self.module}.{S.MODULE_LEVEL}"
+        state = self.status.get(owner)
         loop = None
         for region in self._regions_at(owner, position):
             kind = region[0]
             if kind == S.STEP_LOOP:
+                if function is not None and function["cold"] and state and state[0] == COLD:
+                    return COLD_CODE  # a loop over data in `process()` or `prepare_data()` is one-off work
                 return Hot(f"inside the step loop `{self._header(region[5])}` at {self.line_label(region[5])}", region[5])
             if kind in (S.LAZY, S.PERIODIC):
                 return COLD_CODE
             loop = loop or region
-        state = self.status.get(owner)
         if state is not None and state[0] == COLD:
             return COLD_CODE
         where = ""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from perflsp.rules import summary as S
-from perflsp.rules.hot_table import ENTRY_POINTS
+from perflsp.rules.hot_table import ENTRY_POINTS, RARE_METHODS, TORCH_NN, EntryPoint
 
 STEP, COLD = "step", "cold"
 _MAX_ALIAS_DEPTH = 8  # re-exports followed through at most this many `__init__` files
@@ -164,12 +164,15 @@ class Project:
             owner, _, method = entry.rpartition(".")
             if method == name and (not owner or any(c.rpartition(".")[2] == owner for c in ancestry)):
                 return f"which `hot-functions` lists (`{entry}`)"
-        for cls_name in ancestry:
-            top, short = cls_name.split(".", 1)[0], cls_name.rpartition(".")[2]
-            for entry in ENTRY_POINTS:
-                if top in entry.packages and short in entry.classes and S.method_matches(name, entry.methods):
-                    return f"which {entry.why}"
-        return None
+        entry = _framework_row(ENTRY_POINTS, name, ancestry)
+        return f"which {entry.why}" if entry else None
+
+    def _rare(self, function: Dict[str, Any]) -> Optional[str]:
+        """A framework method that runs once per epoch, run or logging interval."""
+        if function["cold"]:
+            return function["cold"]
+        row = _framework_row(RARE_METHODS, function["name"], self.mro(function["cls"]) if function["cls"] else [])
+        return f"`{function['name']}` is {row.why}" if row else None
 
     def _mark_per_step(self, hot_functions: Sequence[str]) -> None:
         queue: deque = deque()
@@ -209,8 +212,8 @@ class Project:
                 continue
             if function["module"] in self.tests:
                 self.status[key] = (COLD, "test code")
-            elif function["cold"]:
-                self.status[key] = (COLD, function["cold"])
+            elif self._rare(function):
+                self.status[key] = (COLD, self._rare(function))
             elif function["parent"] and self.status.get(function["parent"], ("",))[0] == COLD:
                 continue  # decided below, once the parent's status is final
             else:
@@ -308,6 +311,18 @@ class Project:
             else:
                 functions[key] = [COLD, state[1]]
         return {"summary": summary, "functions": functions}
+
+
+def _framework_row(rows: Sequence[EntryPoint], method: str, ancestry: Sequence[str]) -> Optional[EntryPoint]:
+    """The table row for `method` of a class whose ancestry (own key first) holds a framework class."""
+    for cls_name in ancestry:
+        top, short = cls_name.split(".", 1)[0], cls_name.rpartition(".")[2]
+        if cls_name.startswith(TORCH_NN) and short[:1].isupper():
+            short = "Module"
+        for row in rows:
+            if top in row.packages and short in row.classes and S.method_matches(method, row.methods):
+                return row
+    return None
 
 
 def facts_digest(facts: Dict[str, Any]) -> str:

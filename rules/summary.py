@@ -12,8 +12,8 @@ import fnmatch
 from typing import Any, Dict, List, Optional, Tuple
 
 from perflsp.rules.hot_table import (
-    ACCUMULATION, COLD_FUNCTIONS, COLD_PREFIXES, HOT_COMMENT, HOT_MARKERS, STEP_ITERABLE, STEP_RANGE_BOUND,
-    TEST_FILE,
+    ACCUMULATION, COLD_FUNCTIONS, COLD_PREFIXES, HOT_COMMENT, HOT_MARKERS, ONE_OFF_FUNCTIONS, STEP_ITERABLE,
+    STEP_RANGE_BOUND, TEST_FILE,
 )
 
 VERSION = 1  # bump when the shape or meaning of a summary changes (the cache keys on it)
@@ -326,9 +326,15 @@ def _initialises(body: List[ast.stmt], attribute: str) -> bool:
 
 
 def _cold_name(name: str) -> Optional[str]:
+    if method_matches(name, ONE_OFF_FUNCTIONS):
+        return f"`{name}` is one-off work (data processing or debugging output)"
     if name in COLD_FUNCTIONS or name.startswith(COLD_PREFIXES):
         return f"`{name}` runs once (setup, loading or saving)"
     return None
+
+
+def is_one_off(name: str) -> bool:
+    return method_matches(name, ONE_OFF_FUNCTIONS)
 
 
 def method_matches(name: str, patterns) -> bool:

@@ -312,3 +312,74 @@ def test_warm_run_reanalyses_only_what_changed(tmp_path):
     assert results["other.py"].cached
     assert not results["model.py"].cached and not results["helpers.py"].cached  # helper is no longer per step
     assert results["helpers.py"].findings == []
+
+
+def test_framework_methods_that_run_once_per_epoch_or_log_interval(tmp_path):
+    found = _project(tmp_path, {"m.py": """
+        from lightning.pytorch.loggers import Logger
+        from torchmetrics import Metric
+
+        class MyLogger(Logger):
+            def log_metrics(self, metrics, step):
+                for key, val in metrics.items():
+                    print(key, val.cpu())
+
+        class MyMetric(Metric):
+            def compute(self):
+                return [v.item() for v in self.values]
+        """})
+    assert [c for _, _, c, _ in found if c.startswith("PFL1")] == []
+
+
+def test_one_off_work_silences_even_setup_rules(tmp_path):
+    found = _project(tmp_path, {"ds.py": """
+        from torch.utils.data import DataLoader
+
+        class Images:
+            def process(self):
+                loader = DataLoader(self.raw, batch_size=8)
+                for batch in loader:
+                    self.out.append(batch.cuda().sum().item())
+
+        def debug_print(t):
+            for row in t:
+                print(row.contiguous().view(-1))
+
+        def train(data):
+            return DataLoader(data, batch_size=8)
+        """})
+    assert [(row, code) for _, row, code, _ in found] == [(15, "PFL601"), (15, "PFL602")]
+
+
+def test_configuration_setters_are_cold_unless_called_per_step(tmp_path):
+    found = _project(tmp_path, {"m.py": """
+        import torch
+        from torch import nn
+
+        class Attn(nn.Module):
+            def set_window_size(self, size):
+                self.coords = torch.log(1.0 + torch.arange(size, device="cuda").abs())
+
+            def forward(self, x):
+                return x
+        """})
+    assert found == []
+
+
+def test_subclasses_of_any_torch_nn_class_and_model_bases(tmp_path):
+    found = _project(tmp_path, {"m.py": """
+        import torch.nn as nn
+        from transformers import PreTrainedModel
+
+        def _manual_norm(x):
+            return x.mean().item()
+
+        class Norm(nn.LayerNorm):
+            def forward(self, x):
+                return _manual_norm(x)
+
+        class Model(PreTrainedModel):
+            def forward(self, x):
+                return x.max().item()
+        """})
+    assert _rows(found) == [("m.py", 6), ("m.py", 14)]
