@@ -14,7 +14,7 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import perflsp
 from perflsp.config import Settings, settings_for
@@ -222,45 +222,29 @@ class Cache:
 
 # --- many files ------------------------------------------------------------------------------------
 
+FactsOf = Callable[[Path, str], Optional[Dict[str, Any]]]  # (path, its text) -> the project graph's facts
+
+
 def check_paths(files: Sequence[Path], overrides: Mapping[str, Any] = {}, jobs: int = 0,
-                cache: Optional[Cache] = None) -> List[FileResult]:
+                cache: Optional[Cache] = None, facts_of: Optional[FactsOf] = None) -> List[FileResult]:
     """Check `files` as one project: summaries (cached by content), the project graph, then the
-    files whose content, settings or per-step facts changed (`jobs` worker processes; 0 = one per core)."""
-    from perflsp.rules.project import Project, facts_digest, module_name
+    files whose content, settings or per-step facts changed (`jobs` worker processes; 0 = one per core).
+    With `facts_of` the graph is one kept elsewhere (the language server's, of a whole folder), so a
+    few files can be checked without losing the evidence in the rest of the project."""
+    from perflsp.rules.project import facts_digest
 
     settings = _SettingsByFolder(overrides)
     jobs = jobs or os.cpu_count() or 1
     with _Pool(jobs) as pool:
-        summaries: Dict[str, Tuple[Optional[str], Optional[Dict[str, Any]], Optional[str]]] = {}
-        todo: List[str] = []
-        for path in files:
-            digest = None
-            if cache is not None:
-                try:
-                    digest = content_digest(read_text(path))
-                except (OSError, ValueError):
-                    pass
-            found = cache.summary(path, digest, module_name(path)[0]) if cache is not None and digest else None
-            if found is not None:
-                summaries[str(path)] = (digest, found, None)
-            else:
-                todo.append(str(path))
-        for path, digest, summary, error in pool.map(_summarize_one, todo):
-            summaries[path] = (digest, summary, error)
-            if cache is not None and summary is not None and digest is not None:
-                cache.put(Path(path), digest, summary=summary)
-        hot_functions = sorted({name for p in files for name in settings(p).hot_functions})
-        project = Project(((p, s) for p, (_, s, _) in summaries.items() if s is not None), hot_functions)
-
+        known = _project_facts(files, overrides, pool, cache) if facts_of is None else _given_facts(files, facts_of)
         results: Dict[str, FileResult] = {}
         work: List[Tuple[str, Optional[Dict[str, Any]]]] = []
         keys: Dict[str, str] = {}
         for path in files:
-            digest, summary, error = summaries[str(path)]
+            digest, facts, error = known[str(path)]
             if error is not None:
                 results[str(path)] = FileResult(str(path), [], error)
                 continue
-            facts = project.facts(summary["module"], summary) if summary is not None else None
             keys[str(path)] = f"{settings(path).fingerprint()}:{facts_digest(facts) if facts else '-'}"
             hit = cache.findings(path, digest, keys[str(path)]) if cache is not None and digest else None
             if hit is not None:
@@ -275,12 +259,60 @@ def check_paths(files: Sequence[Path], overrides: Mapping[str, Any] = {}, jobs: 
         outcomes = pool.map(_check_one, [p for p, _ in work], [overrides] * len(work), [f for _, f in work])
         for path, dicts, error in outcomes:
             results[path] = FileResult(path, [Finding.from_dict(d) for d in dicts], error)
-            digest = summaries[path][0]
+            digest = known[path][0]
             if cache is not None and error is None and digest is not None:
                 cache.put(Path(path), digest, key=keys[path], findings=dicts)
     if cache is not None:
         cache.save()
     return [results[str(p)] for p in files]
+
+
+Known = Dict[str, Tuple[Optional[str], Optional[Dict[str, Any]], Optional[str]]]  # path -> digest, facts, error
+
+
+def _project_facts(files: Sequence[Path], overrides: Mapping[str, Any], pool: "_Pool", cache: Optional[Cache]) -> Known:
+    """`files` as a project of their own: their summaries (cached by content), then the graph."""
+    from perflsp.rules.project import Project, module_name
+
+    summaries: Known = {}
+    todo: List[str] = []
+    for path in files:
+        digest = None
+        if cache is not None:
+            try:
+                digest = content_digest(read_text(path))
+            except (OSError, ValueError):
+                pass
+        found = cache.summary(path, digest, module_name(path)[0]) if cache is not None and digest else None
+        if found is not None:
+            summaries[str(path)] = (digest, found, None)
+        else:
+            todo.append(str(path))
+    for path, digest, summary, error in pool.map(_summarize_one, todo):
+        summaries[path] = (digest, summary, error)
+        if cache is not None and summary is not None and digest is not None:
+            cache.put(Path(path), digest, summary=summary)
+    project = Project(((p, s) for p, (_, s, _) in summaries.items() if s is not None),
+                      project_hot_functions(files, overrides))
+    return {p: (d, project.facts(s["module"], s) if s is not None else None, e) for p, (d, s, e) in summaries.items()}
+
+
+def _given_facts(files: Sequence[Path], facts_of: FactsOf) -> Known:
+    known: Known = {}
+    for path in files:
+        try:
+            text = read_text(path)
+        except (OSError, ValueError) as exc:
+            known[str(path)] = (None, None, str(exc))
+            continue
+        known[str(path)] = (content_digest(text), facts_of(path, text), None)
+    return known
+
+
+def project_hot_functions(files: Iterable[Path], overrides: Mapping[str, Any] = {}) -> List[str]:
+    """The graph's `hot-functions`: those of every file's settings, so one config names them for all."""
+    settings = _SettingsByFolder(overrides)
+    return sorted({name for path in files for name in settings(path).hot_functions})
 
 
 class _Pool:

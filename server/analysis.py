@@ -1,8 +1,9 @@
 """One analysis of one document or notebook, run in a worker thread.
 
 Everything here is plain computation on a snapshot taken on the event loop: resolve the settings,
-call the engine (`check_text` / `check_cells`), keep the last good findings of a part that no
-longer parses, and convert the findings to LSP diagnostics. Nothing here touches the connection.
+ask the project graph what it knows of the file, call the engine (`check_text` / `check_cells`),
+keep the last good findings of a part that no longer parses, and convert the findings to LSP
+diagnostics. Nothing here touches the connection.
 """
 from __future__ import annotations
 
@@ -12,13 +13,16 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from lsprotocol import types as T
 
 from perflsp.findings import Edit, Finding, Fix, Location
 from perflsp.server import convert
 from perflsp.server.settings import EditorSettings, Resolved, resolve
+
+if TYPE_CHECKING:
+    from perflsp.rules.runner import FactsOf
 
 log = logging.getLogger("perflsp.server")
 
@@ -72,6 +76,7 @@ class Result:
     elapsed_s: float = 0.0
     snapshot: Optional[Snapshot] = None  # what was analysed (fix-all re-runs the engine on it)
     degraded: bool = False  # some part did not parse: findings were carried over, not a new baseline
+    facts_key: Optional[str] = None  # digest of the per-step facts a file was judged with (None: a notebook)
 
     def part(self, uri: str) -> Optional[PartResult]:
         return self.parts.get(uri)
@@ -80,8 +85,10 @@ class Result:
 Good = Dict[str, Tuple[str, List[Finding]]]  # per part uri: text and findings of the last version that parsed
 
 
-def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: Good) -> Result:
-    """Findings and diagnostics for a snapshot (worker thread)."""
+def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: Good,
+            facts_of: "Optional[FactsOf]" = None) -> Result:
+    """Findings and diagnostics for a snapshot (worker thread). A file is judged with the facts
+    `facts_of` gives (its workspace folder's graph); notebooks are judged alone, as by `perflsp check`."""
     from perflsp.rules.runner import MAX_FILE_BYTES
 
     started = time.perf_counter()
@@ -97,11 +104,17 @@ def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: 
                               skipped="excluded by the `exclude` setting"), started, snap)
 
     by_part: Dict[str, List[Finding]] = {p.uri: [] for p in snap.parts}
+    facts_key = None
     if snap.cells is None:
+        from perflsp.rules.project import facts_digest, single_file_facts
         from perflsp.rules.runner import check_text
 
         part = snap.parts[0]
-        by_part[part.uri] = check_text(part.text, str(snap.path), settings)
+        facts = facts_of(snap.path, part.text) if facts_of is not None else None
+        if facts is None:  # judged alone, as the engine would; kept so that a graph that agrees costs no second analysis
+            facts = single_file_facts(part.text, str(snap.path), settings.hot_functions)
+        facts_key = facts_digest(facts)
+        by_part[part.uri] = check_text(part.text, str(snap.path), settings, facts)
     else:
         from perflsp.rules.notebook import check_cells
 
@@ -143,7 +156,7 @@ def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: 
                          + ("; until then the other findings are from the last version that parsed)" if carried else ")"))
             diagnostics.append(d)
         parts[part.uri] = PartResult(part, kept + syntax, diagnostics, not syntax, result_id(diagnostics))
-    result = Result(snap.key, snap.generation, parts, resolved)
+    result = Result(snap.key, snap.generation, parts, resolved, facts_key=facts_key)
     result.degraded = degraded
     return _finish(result, started, snap)
 

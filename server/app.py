@@ -4,7 +4,8 @@ Diagnostics are pulled (`textDocument/diagnostic`, `workspace/diagnostic`) when 
 advertises pull diagnostics and pushed otherwise, as Ruff's server does. The modules beside this
 one do the work: `documents` schedules analyses, `analysis` runs the engine in a worker thread,
 `convert` speaks LSP positions, `actions` and `hover` answer requests, `configuration` follows
-settings and config files, `workspace` checks the files that are not open, `notebooks` maps cells.
+settings and config files, `workspace` checks the files that are not open, `notebooks` maps cells,
+`projects` keeps each folder's project graph current as files are typed in and change on disk.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from perflsp.server.analysis import Part, Result, Snapshot
 from perflsp.server.configuration import CONFIG_NAMES, EditorConfig
 from perflsp.server.convert import SOURCE, Encoder
 from perflsp.server.documents import Documents, Unit
+from perflsp.server.projects import Projects
 from perflsp.server.settings import EditorSettings, Resolved, key_line
 from perflsp.server.workspace import SCANNED, WorkspaceScan
 
@@ -44,6 +46,7 @@ class PerflspServer(LanguageServer):
         self.docs = Documents(self)
         self.config = EditorConfig(self)
         self.scan = WorkspaceScan(self)
+        self.projects = Projects(self)
         self.profiles = profiling.Profiler(self)
         self.encoder = Encoder()
         self.pull = False  # the client pulls diagnostics (else they are pushed)
@@ -141,7 +144,7 @@ class PerflspServer(LanguageServer):
             for uri in unit.published - set(result.parts):  # cells deleted from a notebook
                 self.push(uri, [], None)
             unit.published = set(result.parts)
-        elif not pulled and result.snapshot is not None and result.snapshot.reason in ("save", "config"):
+        elif not pulled and result.snapshot is not None and result.snapshot.reason in ("save", "config", "project"):
             self.refresh_diagnostics()
 
     def refresh_diagnostics(self) -> None:
@@ -183,6 +186,7 @@ class PerflspServer(LanguageServer):
         self.config_diagnostics.clear()
         self.shown.clear()
         self._report_editor_problems()
+        self.projects.configure()
         self.docs.relint_all("config")
         if self.scan.started or self.scan.enabled():
             self.scan.scan_all()
@@ -234,6 +238,7 @@ def create_server() -> PerflspServer:
             except Exception as exc:
                 log.info("perflsp: could not register for configuration changes: %s", exc)
         await ls.config.watch()
+        ls.projects.configure()
         if ls.scan.enabled():
             ls.scan.scan_all()
 
@@ -246,9 +251,11 @@ def create_server() -> PerflspServer:
             unit = ls.docs.opened(params.text_document.uri)
             path = to_fs_path(params.text_document.uri) if params.text_document.uri.startswith("file:") else None
             unit.path = str(Path(path).resolve()) if path else None
+            ls.projects.buffer(unit)
 
     @ls.feature(T.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: PerflspServer, params: T.DidChangeTextDocumentParams) -> None:
+        ls.projects.buffer(ls.docs.units.get(params.text_document.uri))
         ls.docs.changed(params.text_document.uri)
 
     @ls.feature(T.TEXT_DOCUMENT_DID_SAVE, T.SaveOptions(include_text=False))
@@ -257,6 +264,9 @@ def create_server() -> PerflspServer:
             ls.config_changed()  # a client that syncs TOML files too: no need to wait for a watcher
         else:
             ls.docs.saved(params.text_document.uri)
+            unit = ls.docs.units.get(params.text_document.uri)
+            if unit is not None and unit.path:
+                ls.projects.files_changed([unit.path])  # a new file joins the graph once it exists on disk
 
     @ls.feature(T.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: PerflspServer, params: T.DidCloseTextDocumentParams) -> None:
@@ -372,6 +382,7 @@ def create_server() -> PerflspServer:
                 config = True
             elif path.endswith(SCANNED):
                 (deleted if event.type == T.FileChangeType.Deleted else changed).append(path)
+        ls.projects.files_changed(changed + deleted)
         if config:
             ls.config_changed()
         else:
@@ -412,6 +423,7 @@ def _target_args(args: Sequence[Any]) -> Tuple[str, Optional[str]]:
 def _closed(ls: PerflspServer, unit: Optional[Unit]) -> None:
     if unit is None:
         return
+    ls.projects.closed(unit)
     for uri in unit.published:
         ls.push(uri, [], None)
     if unit.path and ls.scan.enabled():

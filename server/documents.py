@@ -129,7 +129,8 @@ class Documents:
             log.debug("analysing %s generation %d (%s)", unit.key, generation, reason)
             self.in_flight += 1
             try:
-                result = await loop.run_in_executor(self.pool, analyse, snap, editor, self.server.encoder, dict(unit.good))
+                result = await loop.run_in_executor(self.pool, analyse, snap, editor, self.server.encoder, dict(unit.good),
+                                                    self.server.projects.facts)
             except Exception:  # an engine bug costs this one analysis, never the server
                 log.exception("perflsp: analysing %s failed", unit.key)
                 self._release(unit)
@@ -161,6 +162,7 @@ class Documents:
         for waiter in waiting:
             waiter.set_result(result)
         self.server.deliver(unit, result, pulled=bool(waiting))
+        self.server.projects.analysed()
 
     def _release(self, unit: Unit) -> None:
         # Nothing new will come for this generation: answer the waiting requests with what the

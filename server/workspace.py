@@ -2,8 +2,9 @@
 
 Enabled by the `workspaceDiagnostics` setting. One background thread at the lowest OS priority
 checks the files in small batches with `check_paths` and the `.perflsp_cache` of `perflsp check`
-(so a file the CLI already checked costs a stat), and pauses while an open document is being
-analysed: the file being typed in always goes first. Results are pushed, or served by
+(so a file the CLI already checked costs a read and a digest), every batch judged with the whole
+folder's project graph (`projects`), and pauses while an open document is being analysed: the
+file being typed in always goes first. Results are pushed, or served by
 `workspace/diagnostic` when the client pulls. Open documents are left out (their live diagnostics
 win); notebooks on disk are left out too, since their cells have no uris until the notebook is open.
 """
@@ -15,7 +16,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from lsprotocol import types as T
 from pygls.uris import from_fs_path
@@ -26,6 +27,7 @@ from perflsp.server.settings import EditorSettings, resolve
 
 if TYPE_CHECKING:
     from perflsp.findings import Finding
+    from perflsp.rules.project_index import ProjectIndex
     from perflsp.server.app import PerflspServer
 
 log = logging.getLogger("perflsp.server")
@@ -39,6 +41,8 @@ class WorkspaceScan:
     def __init__(self, server: "PerflspServer"):
         self.server = server
         self.results: Dict[str, Tuple[str, List[T.Diagnostic]]] = {}  # uri -> (result id, diagnostics)
+        # path -> digest of the project facts its diagnostics were computed with (None: judged alone)
+        self.facts_keys: Dict[str, Optional[str]] = {}
         self.idle = asyncio.Event()
         self.idle.set()
         self.started = False
@@ -67,6 +71,7 @@ class WorkspaceScan:
 
     def removed(self, paths: Sequence[str]) -> None:
         for path in paths:
+            self.facts_keys.pop(str(Path(path).resolve()), None)
             uri = from_fs_path(path)
             if uri and self.results.pop(uri, None) is not None:
                 self.server.push(uri, [], None)
@@ -85,6 +90,7 @@ class WorkspaceScan:
             self._thread.start()
 
     def _clear_all(self) -> None:
+        self.facts_keys.clear()
         for uri in list(self.results):
             del self.results[uri]
             self.server.push(uri, [], None)
@@ -127,10 +133,7 @@ class WorkspaceScan:
                 pass
 
     def _work(self) -> None:
-        try:  # Linux: a thread id is a valid "process" for setpriority and only that thread is niced
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except (AttributeError, OSError):
-            pass
+        lower_thread_priority()
         while not self._stop.is_set():
             with self._wake:
                 while not (self._todo_all or self._todo_files or self._stop.is_set()):
@@ -176,47 +179,63 @@ class WorkspaceScan:
                 seen = {from_fs_path(str(p.resolve())) for p in paths}
                 self._post(self._forget_missing, folder, seen)
             else:
-                paths = [Path(f) for f in files if _inside(f, folder)]
+                paths = [Path(f) for f in files if inside(f, folder)]
             paths = [p for p in paths if p.suffix in SCANNED and p.is_file()
                      and not self.server.is_open(from_fs_path(str(p.resolve())) or "")]
+            index = self.server.projects.index_for(str(Path(folder).resolve()))
+            if index is not None and paths:
+                index.load()  # no-op once loaded; until then the batches would be judged alone
             for start in range(0, len(paths), BATCH):
                 if self._stop.is_set():
                     return count
                 while self.server.docs.in_flight and not self._stop.is_set():
                     time.sleep(0.05)  # someone is typing: their file first
-                self._check(paths[start:start + BATCH], Path(folder), editor)
+                self._check(paths[start:start + BATCH], Path(folder), editor, index)
                 count += len(paths[start:start + BATCH])
         return count
 
-    def _check(self, batch: List[Path], folder: Path, editor: EditorSettings) -> None:
+    def _check(self, batch: List[Path], folder: Path, editor: EditorSettings, index: "Optional[ProjectIndex]") -> None:
         from perflsp.config import ConfigError
+        from perflsp.rules.project import facts_digest
         from perflsp.rules.runner import Cache, check_paths, check_text, read_text
 
+        keys: Dict[str, Optional[str]] = {}
+
+        def facts_of(path: Path, text: str) -> Optional[Dict[str, Any]]:
+            facts = index.facts(str(path), text) if index is not None else None
+            keys[str(path)] = facts_digest(facts) if facts is not None else None
+            return facts
+
         try:
-            outcome = [(r.path, r.findings, r.error) for r in
-                       check_paths(batch, editor.overrides_dict(), jobs=1, cache=Cache(folder / CACHE_DIR))]
+            outcome = [(r.path, r.findings, r.error) for r in check_paths(
+                batch, editor.overrides_dict(), jobs=1, cache=Cache(folder / CACHE_DIR), facts_of=facts_of)]
         except ConfigError:
             # One of these files has a broken config: check them one by one with the server's
             # fallback (defaults), without the cache, whose keys assume valid settings.
             outcome = []
             for path in batch:
                 try:
-                    outcome.append((str(path), check_text(read_text(path), str(path), resolve(path, editor).settings), None))
+                    text = read_text(path)
+                    outcome.append((str(path), check_text(text, str(path), resolve(path, editor).settings,
+                                                          facts_of(path, text)), None))
                 except (OSError, ValueError) as exc:
                     outcome.append((str(path), [], str(exc)))
         for path, findings, error in outcome:
             if error:
                 log.debug("perflsp: %s skipped: %s", path, error)
                 continue
-            uri = from_fs_path(str(Path(path).resolve()))
+            resolved = str(Path(path).resolve())
+            uri = from_fs_path(resolved)
             if uri:
-                self._post(self._store, uri, _diagnostics(Path(path), uri, findings, self.server.encoder))
+                self._post(self._store, uri, _diagnostics(Path(path), uri, findings, self.server.encoder),
+                           resolved, keys.get(path))
 
     # --- results (event loop) -------------------------------------------------------------------
 
-    def _store(self, uri: str, diagnostics: List[T.Diagnostic]) -> None:
+    def _store(self, uri: str, diagnostics: List[T.Diagnostic], path: str, facts_key: Optional[str]) -> None:
         if self.server.is_open(uri):
             return
+        self.facts_keys[path] = facts_key
         rid = result_id(diagnostics)
         previous = self.results.get(uri)
         self.results[uri] = (rid, diagnostics)
@@ -224,14 +243,23 @@ class WorkspaceScan:
             self.server.push(uri, diagnostics, None)
 
     def _forget_missing(self, folder: str, seen: Set[str]) -> None:
-        for uri in [u for u in self.results if u not in seen and _inside(self.server.path_of(u), folder)]:
+        for uri in [u for u in self.results if u not in seen and inside(self.server.path_of(u), folder)]:
             del self.results[uri]
+            self.facts_keys.pop(str(self.server.path_of(uri).resolve()), None)
             self.server.push(uri, [], None)
 
 
-def _inside(path, folder: str) -> bool:
+def inside(path, folder: str) -> bool:
     path = str(path)
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def lower_thread_priority() -> None:
+    """Background work yields the CPU to the editor and to the analysis of the file being typed in."""
+    try:  # Linux: a thread id is a valid "process" for setpriority and only that thread is niced
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
 
 
 def _diagnostics(path: Path, uri: str, findings: "List[Finding]", enc: convert.Encoder) -> List[T.Diagnostic]:
