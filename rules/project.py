@@ -66,6 +66,8 @@ class Project:
             for key, info in summary["classes"].items():
                 self.classes[key] = info["bases"]
             calls.extend((caller, ref, row, site, module) for caller, ref, row, site in summary["calls"])
+        self._resolved: Dict[str, List[str]] = {}  # the same reference is called from many places
+        self._mros: Dict[str, List[str]] = {}
         self.subclasses: Dict[str, List[str]] = {}
         for key in self.classes:
             for base in self._bases(key):
@@ -82,6 +84,12 @@ class Project:
 
     def resolve(self, ref: str) -> List[str]:
         """The project functions a call reference can run (none when it leaves the project)."""
+        found = self._resolved.get(ref)
+        if found is None:
+            found = self._resolved[ref] = self._resolve(ref)
+        return found
+
+    def _resolve(self, ref: str) -> List[str]:
         if ref.startswith("self:"):
             owner, _, method = ref[5:].rpartition(".")
             found = self._method(owner, method, skip_self=False)
@@ -126,6 +134,12 @@ class Project:
         return [self._lookup(base) or base for base in self.classes.get(key, [])]
 
     def mro(self, key: str) -> List[str]:
+        found = self._mros.get(key)
+        if found is None:
+            found = self._mros[key] = self._mro(key)
+        return found
+
+    def _mro(self, key: str) -> List[str]:
         order, stack, seen = [], [key], set()
         while stack:
             current = stack.pop(0)
@@ -143,13 +157,14 @@ class Project:
         return None
 
     def _all_subclasses(self, key: str) -> List[str]:
-        found, stack = [], list(self.subclasses.get(key, []))
+        found: Dict[str, None] = {}  # ordered, and membership is O(1)
+        stack = list(self.subclasses.get(key, []))
         while stack:
             current = stack.pop()
             if current not in found:
-                found.append(current)
+                found[current] = None
                 stack.extend(self.subclasses.get(current, []))
-        return found
+        return list(found)
 
     # -- per-step and cold ----------------------------------------------------------------------------
 
