@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   description="Measure a function on the real device (CPU without CUDA): timing, "
                                               "FLOPs, bytes, syncs and kernels per source line, and a roofline verdict.")
     profile.add_argument("target", help="path/to/file.py:func, file.py:Class.method or pkg.mod:func")
+    profile.add_argument("--cwd", metavar="DIR",
+                         help="run the target and its program in DIR, and read relative paths from there "
+                              "(default: the current folder; lets an editor start perflsp outside the project)")
     inputs = profile.add_argument_group("inputs (first found wins: --setup, the @perflsp.profile marker, --run)")
     inputs.add_argument("--setup", metavar="SPEC", help="function returning the call's arguments (file.py:fn or mod:fn)")
     inputs.add_argument("--run", metavar="CMD", help="run this program and measure its real calls of the target "
@@ -113,7 +116,9 @@ def profile_command(args: argparse.Namespace) -> int:
     from perflsp.runtime.targets import SpecSyntaxError, TargetError, check_exists, parse_target
     from perflsp.runtime.timing import TimingOptions
 
-    cwd = Path.cwd()
+    cwd = Path(args.cwd).resolve() if args.cwd else Path.cwd()
+    if not cwd.is_dir():
+        return _error(f"--cwd: no such folder: {cwd}")
     try:
         target = parse_target(args.target, cwd)
     except SpecSyntaxError as exc:
@@ -122,7 +127,7 @@ def profile_command(args: argparse.Namespace) -> int:
         settings = settings_for(target.file if target.file is not None else cwd)
     except ConfigError as exc:
         return _error(str(exc))
-    workspace = Path(args.workspace).resolve() if args.workspace else Path(settings.root or cwd)
+    workspace = Path(args.workspace).resolve() if args.workspace else Path(settings.root) if settings.source else cwd
     run_command = args.run if args.run is not None else settings.profile_command
     timeout_s = args.timeout or settings.profile_timeout
     timing = TimingOptions(min_time_s=args.min_time)

@@ -67,9 +67,12 @@ def _watch(paths: Dict[str, str], timeout_s: float, on_message: Callable[[Dict[s
            stop_after_result: bool) -> Outcome:
     command = [sys.executable, "-m", "perflsp.runtime", "_worker", paths["job.json"]]
     started = time.monotonic()
-    # The user's prints go to our stderr: our stdout carries the table or the JSON result.
-    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=stdout if stdout is not None else _stderr_fd(),
-                             start_new_session=True)
+    # The user's prints go to our stderr: our stdout carries the table or the JSON result. The
+    # child starts in the job's private folder: `-m` puts the current folder first on sys.path,
+    # and a `perflsp/` folder in the user's project must not stand in for perflsp. It changes to
+    # the job's `cwd` itself once perflsp is imported.
+    child = subprocess.Popen(command, cwd=os.path.dirname(paths["job.json"]), stdin=subprocess.DEVNULL,
+                             stdout=stdout if stdout is not None else _stderr_fd(), start_new_session=True)
     tail = Tail(paths["messages.jsonl"])
     outcome = Outcome(exit_code=None, payload=None)
     deadline = started + timeout_s

@@ -409,6 +409,9 @@ def main(job_path: str) -> int:
     dump = install_stack_dump(data["stack_dump"]) if data.get("stack_dump") else None
     if data.get("cwd"):
         os.chdir(data["cwd"])
+        # The user's code imports as under `python -m` run there. perflsp itself is imported by
+        # now (the process started elsewhere), so a `perflsp/` folder there cannot replace it.
+        sys.path.insert(0, data["cwd"])
     job = Job(data)
     try:
         code = run_peaks(job) if data["command"] == "peaks" else run_profile(job)

@@ -1,8 +1,10 @@
 """"Profile this function": runs the runtime as a subprocess and keeps its results for the editor.
 
 The server never imports the runtime or torch: it spawns `<interpreter> -m perflsp.runtime profile
-<file.py:qualname> --json <tmp> --progress json --workspace <folder> ...` in its own process group,
-turns the runtime's JSON progress lines (stderr) into `$/progress`, and reads the result. Cancel
+<file.py:qualname> --json <tmp> --progress json --workspace <folder> --cwd <folder> ...` from a
+private temporary folder (never the workspace, whose files must not stand in for perflsp) in its
+own process group, turns the runtime's JSON progress lines (stderr) into `$/progress`, and reads
+the result. Only files inside a workspace folder are profiled: the commands name their file. Cancel
 (the progress's button, or `$/cancelRequest` of the command) interrupts the runtime, which kills
 its profiling process, then kills whatever is left of the process tree.
 
@@ -67,7 +69,11 @@ class Job:
 def resolve_interpreter(setting: Sequence[str], workspace: Path) -> Tuple[List[str], str]:
     """The python that runs the profiler, and where the choice came from."""
     if setting:
-        return list(setting), "the perflsp.interpreter setting"
+        executable, *rest = setting
+        if "/" in executable or os.sep in executable:
+            # `.venv/bin/python` means the workspace's: the runtime starts outside it (see _run).
+            executable = str(workspace / executable)
+        return [executable, *rest], "the perflsp.interpreter setting"
     venv = os.environ.get("VIRTUAL_ENV")
     if venv:
         for name in ("bin/python", "Scripts/python.exe"):
@@ -131,13 +137,31 @@ class Profiler:
         path = to_fs_path(uri) if uri.startswith("file:") else None
         return os.path.realpath(path) if path and path.endswith(".py") else None
 
-    def workspace_for(self, path: str) -> Path:
+    def folder_of(self, path: str) -> Optional[Path]:
+        """The innermost workspace folder holding `path` (resolved, as `file_of` gives it), or None."""
         best: Optional[str] = None
         for _, folder in self.server.folder_paths():
             folder = os.path.realpath(folder)
             if (path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)) and (best is None or len(folder) > len(best)):
                 best = folder
-        return Path(best) if best else Path(path).parent
+        return Path(best) if best else None
+
+    def workspace_for(self, path: str) -> Path:
+        """Where a file's results live; a file outside the workspace has them beside it (shown only)."""
+        return self.folder_of(path) or Path(path).parent
+
+    def outside_workspace(self, path: str) -> Optional[str]:
+        """Why a command may not act on `path` (None: a workspace folder holds it).
+
+        Commands name their file, and any client may send any path: profiling runs the file's
+        module code and writes results into its workspace, clearing deletes them. Only files of
+        the workspace the user opened qualify.
+        """
+        if self.folder_of(path) is not None:
+            return None
+        if not self.server.folder_paths():
+            return f"{path} is in no workspace folder (none is open)"
+        return f"{path} is outside every workspace folder"
 
     def text_of(self, uri: str) -> Optional[str]:
         doc = self.server.workspace.text_documents.get(uri)
@@ -244,8 +268,13 @@ class Profiler:
 
     # --- code lens, code action, hover -----------------------------------------------------------------
 
+    def offers_profiling(self, uri: str) -> bool:
+        """Whether to offer profiling here: the commands refuse files outside the workspace."""
+        path = self.file_of(uri)
+        return path is not None and self.folder_of(path) is not None
+
     def code_lenses(self, uri: str) -> List[T.CodeLens]:
-        if self.file_of(uri) is None:
+        if not self.offers_profiling(uri):
             return []
         text = self.text_of(uri)
         if text is None:
@@ -268,7 +297,7 @@ class Profiler:
         return lenses
 
     def code_action(self, uri: str, rng: T.Range) -> Optional[T.CodeAction]:
-        if self.file_of(uri) is None:
+        if not self.offers_profiling(uri):
             return None
         text = self.text_of(uri)
         function = view.function_at(text, rng.start.line) if text is not None else None
@@ -299,6 +328,11 @@ class Profiler:
 
     def clear(self, uri: str, qualname: Optional[str]) -> Dict[str, Any]:
         path = self.file_of(uri)
+        refused = self.outside_workspace(path) if path is not None else None
+        if refused is not None:
+            text = f"will not clear profile results: {refused}"
+            self.message(T.MessageType.Error, text)
+            return {"status": "refused", "message": text}
         entries = self.entries.get(path or "", {})
         removed = []
         for name in [qualname] if qualname else list(entries):
@@ -320,6 +354,11 @@ class Profiler:
         if path is None:
             self.message(T.MessageType.Error, f"can only profile functions of saved .py files, not {uri}")
             return {"status": "refused", "message": "not a .py file"}
+        refused = self.outside_workspace(path)
+        if refused is not None:
+            text = f"will not profile: {refused}, and profiling runs a file's code"
+            self.message(T.MessageType.Error, text)
+            return {"status": "refused", "message": text}
         editor = self.server.editor_for_uri(uri)
         if not editor.profile_enabled:
             text = ("profiling is disabled (perflsp.profile.enabled is false, e.g. in an untrusted workspace): "
@@ -384,19 +423,29 @@ class Profiler:
             self._kill(job)
 
     async def _run(self, uri: str, job: Job, editor: Any) -> Dict[str, Any]:
+        # The runtime (and its preflight) start in a private empty folder, never in the workspace:
+        # `python -m` puts the current folder first on sys.path, where a `perflsp/` folder of the
+        # workspace would run instead of perflsp (-P needs Python 3.11; perflsp supports 3.9).
+        # The workspace reaches the runtime as --cwd, where the user's code runs as before.
+        home = tempfile.mkdtemp(prefix="perflsp-profile-")
+        try:
+            return await self._run_from(home, uri, job, editor)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+
+    async def _run_from(self, home: str, uri: str, job: Job, editor: Any) -> Dict[str, Any]:
         workspace = self.workspace_for(job.path)
         interpreter, origin = resolve_interpreter(editor.interpreter, workspace)
         shown = shlex.join(interpreter)
-        problem = await self._preflight(interpreter, workspace)
+        problem = await self._preflight(interpreter, home)
         if problem is not None:
             text = (f"cannot profile {job.qualname}: {problem} in the interpreter {shown} (chosen from {origin}); "
                     "install it there, or set perflsp.interpreter to a python that has torch and perflsp")
             self.message(T.MessageType.Error, text)
             return {"status": "error", "kind": "environment", "message": text}
-        out_dir = tempfile.mkdtemp(prefix="perflsp-profile-")
-        out = os.path.join(out_dir, "result.json")
+        out = os.path.join(home, "result.json")
         command = [*interpreter, "-m", "perflsp.runtime", "profile", f"{job.path}:{job.qualname}", "--json", out,
-                   "--progress", "json", "--workspace", str(workspace)]
+                   "--progress", "json", "--workspace", str(workspace), "--cwd", str(workspace)]
         if editor.profile_timeout:
             command += ["--timeout", f"{editor.profile_timeout:g}"]
         if editor.profile_min_time:
@@ -404,14 +453,13 @@ class Profiler:
         plot = plot_path(workspace, job.path, job.qualname)
         command += ["--plot", str(plot)]
         self.server.window_log_message(T.LogMessageParams(
-            type=T.MessageType.Info, message=f"perflsp: profiling {job.qualname}: cd {shlex.quote(str(workspace))} && "
-                                             f"{shlex.join(command)}"))
+            type=T.MessageType.Info, message=f"perflsp: profiling {job.qualname}: {shlex.join(command)}"))
         token = await self._progress_begin(job)
         started = time.monotonic()
         try:
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             job.process = await asyncio.create_subprocess_exec(
-                *command, cwd=str(workspace), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                *command, cwd=home, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True, env=env)
             if job.cancelled:  # Cancel pressed while it started
                 self._kill(job)
@@ -441,13 +489,12 @@ class Profiler:
             job.cancelled = True
             self._progress_end(token, "cancelled")
             raise
-        finally:
-            shutil.rmtree(out_dir, ignore_errors=True)
 
-    async def _preflight(self, interpreter: List[str], workspace: Path) -> Optional[str]:
+    async def _preflight(self, interpreter: List[str], home: str) -> Optional[str]:
+        """What keeps `interpreter` from profiling (no perflsp, no torch), seen from where the runtime starts."""
         try:
             proc = await asyncio.create_subprocess_exec(
-                *interpreter, "-c", PREFLIGHT, cwd=str(workspace), stdin=asyncio.subprocess.DEVNULL,
+                *interpreter, "-c", PREFLIGHT, cwd=home, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
             out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
         except (OSError, asyncio.TimeoutError) as exc:

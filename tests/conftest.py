@@ -37,3 +37,24 @@ def python_without_torch(tmp_path: Path) -> Path:
     for path in editable:
         shutil.copy(path, site / path.name)
     return python
+
+
+@pytest.fixture
+def shadowing_project(tmp_path: Path) -> Path:
+    """A cloned project that ships its own `perflsp/` package: importing it, or `python -m perflsp...`
+    in the folder, writes `PWNED` there. Whatever perflsp starts must never run it.
+
+    `src/step.py:step` is a profilable target whose inputs come from `helpers.py` at the project's
+    top, importable only with the project folder on sys.path (as under `python -m` run there).
+    """
+    project = tmp_path / "cloned"
+    (project / "perflsp").mkdir(parents=True)
+    (project / "src").mkdir()
+    pwn = f"open({str(project / 'PWNED')!r}, 'w').close()\n"
+    (project / "perflsp" / "__init__.py").write_text(pwn)
+    (project / "perflsp" / "__main__.py").write_text(pwn)
+    (project / "helpers.py").write_text("import torch\n\n\ndef make_inputs():\n    return (torch.randn(64, 64),)\n")
+    (project / "src" / "step.py").write_text(
+        "import perflsp\nfrom helpers import make_inputs\n\n\n"
+        "@perflsp.profile(setup=make_inputs, warmup=1, iters=3)\ndef step(x):\n    return x @ x\n")
+    return project

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -118,3 +120,29 @@ def test_hang_location_prefers_the_targets_file():
     assert hang_location(dump, "/proj/train.py") == "train.py:42 in step"
     assert hang_location(dump, "/elsewhere.py") == "/proj/lib/helpers.py:9 in spin"  # the current thread's
     assert hang_location("", "/proj/train.py") is None
+
+
+def test_a_perflsp_package_in_the_project_never_runs(shadowing_project, peaks_cache):
+    """`perflsp profile` in a cloned project: its profiling process starts outside the project (with
+    `-m`, the current folder comes first on sys.path), yet the user's code imports as before."""
+    console = shutil.which("perflsp", path=os.path.dirname(sys.executable))
+    if console is None:
+        pytest.skip("no perflsp console script beside this interpreter")
+    out = subprocess.run([console, "profile", "src/step.py:step", "--min-time", "0.05"], cwd=shadowing_project,
+                         env=dict(os.environ, PERFLSP_CACHE_DIR=str(peaks_cache)), capture_output=True, text=True,
+                         timeout=120)
+    assert not (shadowing_project / "PWNED").exists()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert _published(shadowing_project) == ["step.step.json"]
+
+
+def test_cwd_runs_the_target_in_the_project_from_elsewhere(run_runtime, shadowing_project, tmp_path):
+    """How the editor starts it: from a folder of its own, with the project as --cwd."""
+    outside = tmp_path / "home"
+    outside.mkdir()
+    out = run_runtime("profile", "src/step.py:step", "--cwd", str(shadowing_project), "--min-time", "0.05",
+                      cwd=outside)
+    assert not (shadowing_project / "PWNED").exists()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert _published(shadowing_project) == ["step.step.json"] and not (outside / ".perflsp").exists()
+    assert run_runtime("profile", "src/step.py:step", "--cwd", str(tmp_path / "nowhere")).returncode == 2

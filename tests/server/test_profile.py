@@ -16,7 +16,9 @@ import pytest
 
 from lsprotocol import types as T
 
-from tests.server.conftest import NEOVIM
+from pytest_lsp import ClientServerConfig
+
+from tests.server.conftest import NEOVIM, SERVER, capabilities, make_client
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("error::pytest_lsp.LspSpecificationWarning")
@@ -58,6 +60,23 @@ def boom(a, b):
 def slow(a, b):
     time.sleep(120)
     return a
+"""
+
+
+# A file whose module code leaves a mark when it runs: profiling imports it.
+MARKS_ITS_IMPORT = """\
+import perflsp
+
+open(__file__ + ".ran", "w").close()
+
+
+def make():
+    return (1,)
+
+
+@perflsp.profile(setup=make)
+def step(x):
+    return x
 """
 
 
@@ -269,3 +288,63 @@ async def test_cancel_kills_the_run_within_2s_and_a_second_request_is_refused(st
         await asyncio.sleep(0.05)
     assert not [p for p in tree if _alive(p)], "the profiling processes outlived the cancel by 2 s"
     assert isinstance(session.client.progress_reports[token][-1], T.WorkDoneProgressEnd)
+
+
+def test_a_relative_interpreter_setting_is_the_workspaces(tmp_path):
+    """The runtime starts outside the workspace, so `.venv/bin/python` must be anchored in it."""
+    from perflsp.server.profiling import resolve_interpreter
+
+    setting = "the perflsp.interpreter setting"
+    assert resolve_interpreter([".venv/bin/python", "-X", "dev"], tmp_path) == (
+        [str(tmp_path / ".venv" / "bin" / "python"), "-X", "dev"], setting)
+    assert resolve_interpreter(["python3"], tmp_path) == (["python3"], setting)
+    assert resolve_interpreter(["/opt/env/bin/python"], tmp_path) == (["/opt/env/bin/python"], setting)
+
+
+async def test_a_perflsp_package_in_the_workspace_never_runs(start, shadowing_project):
+    """The runtime starts outside the workspace: with `-m`, the current folder comes first on sys.path."""
+    session = await start(NEOVIM, init_options={"settings": FAST}, root=shadowing_project)
+    uri = session.open("src/step.py")
+    reply = await profile(session, uri, "step")
+    assert not (shadowing_project / "PWNED").exists()
+    assert reply["status"] == "ok", reply
+    assert list((shadowing_project / ".perflsp" / "profiles").glob("step.step.json"))
+
+
+async def test_commands_refuse_files_outside_the_workspace(start, tmp_path):
+    """Any client can name any file: none outside the workspace is run, written beside or cleared."""
+    session = await start(NEOVIM, init_options={"settings": FAST})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kernels.py").write_text(MARKS_ITS_IMPORT)
+    (session.root / "linked.py").symlink_to(outside / "kernels.py")
+    uris = [(outside / "kernels.py").as_uri(), session.uri("linked.py"),
+            f"{session.root.as_uri()}/../outside/kernels.py"]
+    for uri in uris:
+        for command in ("perflsp.profileFunction", "perflsp.profileAgain", "perflsp.clearProfile"):
+            reply = await profile(session, uri, "step", command)
+            assert reply["status"] == "refused", (uri, command, reply)
+            assert "outside every workspace folder" in reply["message"]
+    assert any("outside every workspace folder" in m for m in shown(session))
+    assert sorted(p.name for p in outside.iterdir()) == ["kernels.py"]  # nothing ran, nothing was written
+    assert not (session.root / ".perflsp").exists()
+
+    # Nor is profiling offered there.
+    uri = session.open("../outside/kernels.py")
+    assert not [i for i in await session.actions(uri, line_of(MARKS_ITS_IMPORT, "return x")) if "Profile" in i.title]
+    assert not await session.client.text_document_code_lens_async(T.CodeLensParams(T.TextDocumentIdentifier(uri)))
+
+
+async def test_without_a_workspace_folder_nothing_is_profiled(tmp_path):
+    (tmp_path / "kernels.py").write_text(MARKS_ITS_IMPORT)
+    client = await ClientServerConfig(server_command=SERVER, client_factory=make_client).start()
+    try:
+        await client.initialize_session(T.InitializeParams(capabilities=capabilities(NEOVIM), root_uri=None,
+                                                           workspace_folders=None))
+        reply = await asyncio.wait_for(client.workspace_execute_command_async(T.ExecuteCommandParams(
+            command="perflsp.profileFunction", arguments=[(tmp_path / "kernels.py").as_uri(), "step"])), timeout=90)
+    finally:
+        await asyncio.wait_for(client.shutdown_session(), timeout=15)
+        await client.stop()
+    assert reply["status"] == "refused" and "none is open" in reply["message"], reply
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kernels.py"]

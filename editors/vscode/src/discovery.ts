@@ -7,8 +7,12 @@
 //    torch for profiling).
 // 3. `perflsp serve` from PATH.
 // Every candidate is checked with `--version` before it is used, so an old or broken install is
-// reported as such instead of as a server that dies at start. Pure (no `vscode` import): the
-// process runner and PATH lookup are passed in, and the unit tests fake them.
+// reported as such instead of as a server that dies at start. In an untrusted workspace a
+// candidate that lies inside it is skipped (and the log says so): its code must not run before
+// the user trusts it. No `vscode` import: the process runner and PATH lookup are passed in, and
+// the unit tests fake them.
+
+import { insideAny } from "./trust";
 
 export const MIN_SERVER_VERSION = "0.1.0";
 export const PIP_PACKAGE = "perflsp";
@@ -29,6 +33,8 @@ export interface DiscoveryInput {
   which: (name: string) => Promise<string | undefined>;
   /** Runs a command (no shell) and returns its output; never throws. */
   run: (command: readonly string[]) => Promise<RunResult>;
+  /** The folders of the workspace when it is untrusted, else empty: nothing inside them may run. */
+  untrustedFolders: readonly string[];
 }
 
 export type Source = "perflsp.path" | "perflsp.interpreter" | "Python extension" | "PATH";
@@ -115,11 +121,40 @@ function tooOld(found: string): boolean {
   return compareVersions(found, MIN_SERVER_VERSION) < 0;
 }
 
+/** Why `executable` may not run (a file of the untrusted workspace), or undefined; a bare name is looked up on PATH. */
+async function untrusted(input: DiscoveryInput, executable: string): Promise<string | undefined> {
+  if (input.untrustedFolders.length === 0) return undefined;
+  const file = /[\\/]/.test(executable) ? executable : await input.which(executable);
+  if (!file || !(await insideAny(file, input.untrustedFolders))) return undefined;
+  return `${file} is inside the untrusted workspace: not run (trust the workspace to use it)`;
+}
+
+/** The python to run `-m perflsp` with, and where it came from; none that the untrusted workspace holds. */
+async function interpreter(input: DiscoveryInput, tried: string[]): Promise<{ python: string[]; source: Source } | undefined> {
+  if (input.interpreterSetting.length > 0) {
+    const refused = await untrusted(input, input.interpreterSetting[0]);
+    if (!refused) return { python: [...input.interpreterSetting], source: "perflsp.interpreter" };
+    tried.push(`perflsp.interpreter: ${refused}`);
+  }
+  const selected = await input.pythonExtension();
+  if (!selected || selected.length === 0) {
+    tried.push("Python extension: not installed, or no interpreter selected");
+    return undefined;
+  }
+  const refused = await untrusted(input, selected[0]);
+  if (!refused) return { python: selected, source: "Python extension" };
+  tried.push(`Python extension: ${refused}`);
+  return undefined;
+}
+
 export async function discover(input: DiscoveryInput): Promise<Discovery> {
   const tried: string[] = [];
 
   // 1. perflsp.path
-  if (input.pathSetting.length > 0) {
+  const pathRefused = input.pathSetting.length > 0 ? await untrusted(input, input.pathSetting[0]) : undefined;
+  if (pathRefused) {
+    tried.push(`perflsp.path: ${pathRefused}`);
+  } else if (input.pathSetting.length > 0) {
     const { argv, cli, python } = commandFromPath(input.pathSetting);
     // `--version` is a top-level option: check it on the CLI part when there is one.
     const check = await version(input, cli ?? argv.slice(0, 1));
@@ -146,38 +181,31 @@ export async function discover(input: DiscoveryInput): Promise<Discovery> {
   }
 
   // 2. <python> -m perflsp serve
-  let python: string[] | undefined;
-  let source: Source | undefined;
-  if (input.interpreterSetting.length > 0) {
-    python = [...input.interpreterSetting];
-    source = "perflsp.interpreter";
-  } else {
-    python = await input.pythonExtension();
-    if (python && python.length > 0) {
-      source = "Python extension";
-    } else {
-      tried.push("Python extension: not installed, or no interpreter selected");
-      python = undefined;
-    }
-  }
+  const chosen = await interpreter(input, tried);
+  const python = chosen?.python;
   let outdated: string | undefined;
-  if (python && source) {
-    const cli = [...python, "-m", "perflsp"];
+  if (chosen) {
+    const cli = [...chosen.python, "-m", "perflsp"];
     const check = await version(input, cli);
     if (check.version && !tooOld(check.version)) {
       return {
         ok: true, tried,
-        server: { command: python[0], args: [...python.slice(1), "-m", "perflsp", "serve"], version: check.version,
-          source, cli, python },
+        server: { command: chosen.python[0], args: [...chosen.python.slice(1), "-m", "perflsp", "serve"],
+          version: check.version, source: chosen.source, cli, python: chosen.python },
       };
     }
     if (check.version) outdated = check.version;
-    tried.push(`${source}: ${describe(cli)}: ${check.version ? `perflsp ${check.version} is too old` : check.why}`);
+    tried.push(`${chosen.source}: ${describe(cli)}: ${check.version ? `perflsp ${check.version} is too old` : check.why}`);
   }
 
   // 3. perflsp on PATH
   const onPath = await input.which("perflsp");
-  if (onPath) {
+  const onPathRefused = onPath ? await untrusted(input, onPath) : undefined;
+  if (!onPath) {
+    tried.push("PATH: no `perflsp` executable");
+  } else if (onPathRefused) {
+    tried.push(`PATH: ${onPathRefused}`);
+  } else {
     const check = await version(input, [onPath]);
     if (check.version && !tooOld(check.version)) {
       return {
@@ -186,8 +214,6 @@ export async function discover(input: DiscoveryInput): Promise<Discovery> {
       };
     }
     tried.push(`PATH: ${onPath}: ${check.version ? `perflsp ${check.version} is too old` : check.why}`);
-  } else {
-    tried.push("PATH: no `perflsp` executable");
   }
 
   const pip = pipCommand(python, outdated !== undefined);

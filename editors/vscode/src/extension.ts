@@ -20,7 +20,7 @@ import { discover, Discovery, RunResult, ServerCommand, pipCommand } from "./dis
 import { describeProfileResult, enclosingFunction, PROFILE_COMMAND, PROFILE_COMMANDS } from "./profile";
 import * as python from "./python";
 import {
-  expandVariables, Lookup, needsRestart, profilingAllowed, SECTION, ServerSettings, serverSettings,
+  anchorExecutable, expandVariables, Lookup, needsRestart, profilingAllowed, SECTION, ServerSettings, serverSettings,
 } from "./settings";
 
 const FIX_ALL_KIND = "source.fixAll.perflsp";
@@ -49,6 +49,11 @@ function mainFolder(): vscode.Uri | undefined {
   return vscode.workspace.workspaceFolders?.[0]?.uri;
 }
 
+/** The workspace's folders while it is untrusted (nothing inside them may run), else none. */
+function untrustedFolders(): string[] {
+  return vscode.workspace.isTrusted ? [] : (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath);
+}
+
 function config(resource?: vscode.Uri): vscode.WorkspaceConfiguration {
   return vscode.workspace.getConfiguration(SECTION, resource ?? mainFolder());
 }
@@ -61,9 +66,9 @@ function canProfile(resource?: vscode.Uri): boolean {
   return profilingAllowed(lookupIn(config(resource)), vscode.workspace.isTrusted);
 }
 
-function run(command: readonly string[], timeout = VERSION_TIMEOUT_MS): Promise<RunResult> {
+function run(command: readonly string[], cwd: string, timeout = VERSION_TIMEOUT_MS): Promise<RunResult> {
   return new Promise((resolve) => {
-    execFile(command[0], command.slice(1), { timeout, windowsHide: true, cwd: mainFolder()?.fsPath },
+    execFile(command[0], command.slice(1), { timeout, windowsHide: true, cwd },
       (error, stdout, stderr) => {
         if (error && typeof error.code === "string") {
           resolve({ code: null, stdout: "", stderr: "", error: `${error.code} (${command[0]})` }); // ENOENT, EACCES
@@ -151,7 +156,14 @@ class Server implements vscode.Disposable {
   private queue: Promise<void> = Promise.resolve();
   private stateListener: vscode.Disposable | undefined;
 
-  constructor(private readonly log: vscode.LogOutputChannel, private readonly status: Status) {}
+  /**
+   * @param home where perflsp's processes start: never a workspace folder, since `python -m perflsp`
+   *   puts the current folder first on sys.path and a `perflsp/` folder there would run instead of
+   *   perflsp, trusted or not (Python 3.9 and 3.10 have no -P). The server learns the workspace
+   *   through LSP.
+   */
+  constructor(private readonly log: vscode.LogOutputChannel, private readonly status: Status,
+              private readonly home: string) {}
 
   /** Starts (or restarts) the server; calls are serialised so two restarts never overlap. */
   restart(reason: string): Promise<void> {
@@ -185,12 +197,15 @@ class Server implements vscode.Disposable {
     // Asked once per start: discovery may need it, and the profiler runs the user's code with it.
     this.pythonExtension = undefined;
     const pythonExtension = async () => (this.pythonExtension ??= await python.selectedInterpreter(resource));
+    const setting = (key: string) =>
+      anchorExecutable(expandVariables(settings.get<string[]>(key) ?? [], variables(resource)), resource?.fsPath);
     const found = await discover({
-      pathSetting: expandVariables(settings.get<string[]>("path") ?? [], variables(resource)),
-      interpreterSetting: expandVariables(settings.get<string[]>("interpreter") ?? [], variables(resource)),
+      pathSetting: setting("path"),
+      interpreterSetting: setting("interpreter"),
       pythonExtension,
       which,
-      run,
+      run: (command) => run(command, this.home),
+      untrustedFolders: untrustedFolders(),
     });
     for (const line of found.tried) this.log.info(`  tried ${line}`);
     if (!found.ok) {
@@ -206,7 +221,7 @@ class Server implements vscode.Disposable {
     this.log.info(`Starting perflsp ${version} (found via ${source}): ${[command, ...args].join(" ")}`);
     const serverOptions: ServerOptions = {
       command, args, transport: TransportKind.stdio, // the client appends `--stdio`
-      options: { cwd: resource?.fsPath },
+      options: { cwd: this.home }, // without it, vscode-languageclient would start it in the workspace
     };
     const client = new LanguageClient("perflsp", "perflsp", serverOptions, this.clientOptions());
     this.client = client;
@@ -322,7 +337,7 @@ class Server implements vscode.Disposable {
   async rulePage(code: string): Promise<string | undefined> {
     const cli = this.found?.cli;
     if (!cli) return undefined;
-    const result = await run([...cli, "rule", code]);
+    const result = await run([...cli, "rule", code], this.home);
     return result.code === 0 && result.stdout.trim() ? result.stdout : undefined;
   }
 
@@ -501,7 +516,7 @@ async function openRuleDocs(pages: RulePages, codeArg?: unknown): Promise<void> 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const log = vscode.window.createOutputChannel("perflsp", { log: true });
   const status = new Status();
-  server = new Server(log, status);
+  server = new Server(log, status, context.extensionPath);
   const pages = new RulePages();
   const updateProfileContext = () =>
     void vscode.commands.executeCommand("setContext", "perflsp.profileEnabled", canProfile());

@@ -8,6 +8,8 @@
 // `[tool.perflsp]` override only when the user actually set it: a default `select: []` would
 // otherwise switch every rule off over the project's own configuration.
 
+import * as path from "node:path";
+
 export const SECTION = "perflsp";
 
 /** What `WorkspaceConfiguration.inspect` tells about one key, reduced to what the mapping needs. */
@@ -108,4 +110,17 @@ export function expandVariables(values: readonly string[], vars: Variables): str
     if (out === "~" || out.startsWith("~/")) out = vars.userHome + out.slice(1);
     return out;
   });
+}
+
+/**
+ * A command whose executable is a relative path (`.venv/bin/python`) made absolute in `folder`:
+ * perflsp's processes start outside the workspace (see extension.ts), and such a setting has
+ * always meant the folder's file. Bare names (`python3`) are left to PATH.
+ */
+export function anchorExecutable(command: readonly string[], folder: string | undefined): string[] {
+  const [executable, ...rest] = command;
+  if (executable === undefined || folder === undefined || !/[\\/]/.test(executable) || path.isAbsolute(executable)) {
+    return [...command];
+  }
+  return [path.join(folder, executable), ...rest];
 }

@@ -1,4 +1,8 @@
-import { describe, expect, it } from "vitest";
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
+
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import {
   commandFromPath, compareVersions, discover, DiscoveryInput, MIN_SERVER_VERSION, parseVersion, pipCommand, RunResult,
@@ -11,6 +15,7 @@ const ENOENT: RunResult = { code: null, stdout: "", stderr: "", error: "ENOENT (
 /** A machine where each command line (joined by spaces) answers as given; records what ran. */
 function machine(answers: Record<string, RunResult>, opts: {
   path?: string[]; interpreter?: string[]; pythonExtension?: string[]; onPath?: string;
+  untrusted?: string[]; which?: Record<string, string>;
 } = {}) {
   const ran: string[] = [];
   let askedPythonExtension = 0;
@@ -21,12 +26,13 @@ function machine(answers: Record<string, RunResult>, opts: {
       askedPythonExtension++;
       return opts.pythonExtension;
     },
-    which: async (name) => (name === "perflsp" ? opts.onPath : undefined),
+    which: async (name) => (name === "perflsp" ? opts.onPath : opts.which?.[name]),
     run: async (command) => {
       const line = command.join(" ");
       ran.push(line);
       return answers[line] ?? { code: null, stdout: "", stderr: "", error: `ENOENT (${command[0]})` };
     },
+    untrustedFolders: opts.untrusted ?? [],
   };
   return { input, ran, askedPythonExtension: () => askedPythonExtension };
 }
@@ -178,5 +184,80 @@ describe("discover", () => {
     const found = await discover(m.input);
     expect(found.ok).toBe(false);
     expect(found.tried[0]).toBe("perflsp.interpreter: /nope/python -m perflsp: ENOENT (/nope/python)");
+  });
+});
+
+describe("discover in an untrusted workspace", () => {
+  // A cloned repository with a committed venv, and a python of the user's outside it.
+  let root: string;
+  let workspace: string;
+  let venvPython: string;
+  let userPython: string;
+  const NOT_RUN = "is inside the untrusted workspace: not run (trust the workspace to use it)";
+
+  beforeAll(() => {
+    root = mkdtempSync(path.join(tmpdir(), "perflsp-trust-"));
+    workspace = path.join(root, "cloned");
+    mkdirSync(path.join(workspace, ".venv", "bin"), { recursive: true });
+    mkdirSync(path.join(root, "user", "bin"), { recursive: true });
+    userPython = path.join(root, "user", "bin", "python");
+    writeFileSync(userPython, "");
+    venvPython = path.join(workspace, ".venv", "bin", "python");
+    symlinkSync(userPython, venvPython); // as venvs do: the venv is the folder's all the same
+    symlinkSync(workspace, path.join(root, "link"));
+  });
+  afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+  it("never runs the Python extension's interpreter when it is the workspace's, and says so", async () => {
+    const m = machine({ "/usr/bin/perflsp --version": OK("0.1.0") },
+      { pythonExtension: [venvPython], onPath: "/usr/bin/perflsp", untrusted: [workspace] });
+    const found = await discover(m.input);
+    expect(found.ok && found.server).toMatchObject({ command: "/usr/bin/perflsp", source: "PATH" });
+    expect(m.ran).toEqual(["/usr/bin/perflsp --version"]);
+    expect(found.tried).toEqual([`Python extension: ${venvPython} ${NOT_RUN}`]);
+  });
+
+  it("skips perflsp.path and perflsp.interpreter that point into it, for an interpreter outside", async () => {
+    const m = machine({ [`${userPython} -m perflsp --version`]: OK("0.1.0") }, {
+      path: [path.join(workspace, "bin", "perflsp")], interpreter: [venvPython], pythonExtension: [userPython],
+      untrusted: [workspace],
+    });
+    const found = await discover(m.input);
+    expect(found.ok && found.server).toMatchObject({ command: userPython, source: "Python extension" });
+    expect(m.ran).toEqual([`${userPython} -m perflsp --version`]);
+    expect(found.tried).toEqual([
+      `perflsp.path: ${path.join(workspace, "bin", "perflsp")} ${NOT_RUN}`,
+      `perflsp.interpreter: ${venvPython} ${NOT_RUN}`,
+    ]);
+  });
+
+  it("sees through `..` and a symlinked folder", async () => {
+    const dotted = path.join(root, "user", "..", "cloned", ".venv", "bin", "python");
+    const m = machine({}, { interpreter: [dotted], pythonExtension: [venvPython], untrusted: [path.join(root, "link")] });
+    const found = await discover(m.input);
+    expect(found.ok).toBe(false);
+    expect(m.ran).toEqual([]);
+    expect(found.tried).toEqual([
+      `perflsp.interpreter: ${dotted} ${NOT_RUN}`, `Python extension: ${venvPython} ${NOT_RUN}`,
+      "PATH: no `perflsp` executable",
+    ]);
+  });
+
+  it("looks a bare name up on PATH, and refuses a perflsp found there inside the workspace", async () => {
+    const m = machine({}, {
+      interpreter: ["python3"], which: { python3: venvPython }, onPath: path.join(workspace, ".venv", "bin", "perflsp"),
+      untrusted: [workspace],
+    });
+    const found = await discover(m.input);
+    expect(found.ok).toBe(false);
+    expect(m.ran).toEqual([]);
+    expect(found.tried[0]).toBe(`perflsp.interpreter: ${venvPython} ${NOT_RUN}`);
+    expect(found.tried.at(-1)).toBe(`PATH: ${path.join(workspace, ".venv", "bin", "perflsp")} ${NOT_RUN}`);
+  });
+
+  it("runs the workspace's own interpreter once the workspace is trusted", async () => {
+    const m = machine({ [`${venvPython} -m perflsp --version`]: OK("0.1.0") }, { pythonExtension: [venvPython] });
+    const found = await discover(m.input);
+    expect(found.ok && found.server).toMatchObject({ command: venvPython, source: "Python extension" });
   });
 });

@@ -1,6 +1,8 @@
 import { describe, expect, it } from "vitest";
 
-import { CLIENT_ONLY, expandVariables, Lookup, needsRestart, profilingAllowed, serverSettings } from "../src/settings";
+import {
+  anchorExecutable, CLIENT_ONLY, expandVariables, Lookup, needsRestart, profilingAllowed, serverSettings,
+} from "../src/settings";
 
 // The contributed defaults (package.json), as VS Code reports them for keys nobody set.
 const DEFAULTS: Record<string, unknown> = {
@@ -91,5 +93,18 @@ describe("expandVariables", () => {
   it("leaves everything else as written", () => {
     expect(expandVariables(["-m", "perflsp", "a~b", "${unknown}"], vars)).toEqual(["-m", "perflsp", "a~b", "${unknown}"]);
     expect(expandVariables(["${workspaceFolder}/py"], { ...vars, workspaceFolder: undefined })).toEqual(["${workspaceFolder}/py"]);
+  });
+});
+
+describe("anchorExecutable", () => {
+  it("makes a relative executable the workspace folder's, since processes start outside it", () => {
+    expect(anchorExecutable([".venv/bin/python"], "/work/proj")).toEqual(["/work/proj/.venv/bin/python"]);
+    expect(anchorExecutable(["bin/perflsp", "serve"], "/work/proj")).toEqual(["/work/proj/bin/perflsp", "serve"]);
+  });
+  it("leaves absolute paths, bare names (PATH), and commands without a folder alone", () => {
+    expect(anchorExecutable(["/opt/venv/bin/python", "-m"], "/work/proj")).toEqual(["/opt/venv/bin/python", "-m"]);
+    expect(anchorExecutable(["python3"], "/work/proj")).toEqual(["python3"]);
+    expect(anchorExecutable([".venv/bin/python"], undefined)).toEqual([".venv/bin/python"]);
+    expect(anchorExecutable([], "/work/proj")).toEqual([]);
   });
 });
