@@ -71,7 +71,9 @@ def _git_files(root: Path) -> Optional[List[Path]]:
     """Tracked and untracked-but-not-ignored files, when `root` is inside a git work tree."""
     try:
         out = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
+            # A cloned folder's own .git/config can name a command for git to run (core.fsmonitor):
+            # listing files must never run it.
+            ["git", "-c", "core.fsmonitor=false", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
             cwd=root, capture_output=True, timeout=30, check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):

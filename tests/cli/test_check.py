@@ -153,6 +153,15 @@ def test_notebook_cells_are_one_program(perflsp_cli, tmp_path):
     assert "nb.ipynb:cell_1:3:12: PFL101" in concise
 
 
+def test_listing_a_cloned_folder_never_runs_its_git_config(perflsp_cli, tmp_path):
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    marker = tmp_path / "PWNED"
+    subprocess.run(["git", "config", "core.fsmonitor", f"touch {marker}; false"], cwd=tmp_path, check=True)
+    (tmp_path / "mine.py").write_text(LOOP_ITEM)
+    assert _json(perflsp_cli("check", ".", "--output-format", "json", "--no-cache"))
+    assert not marker.exists()
+
+
 def test_gitignore_and_exclude(perflsp_cli, tmp_path):
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / ".gitignore").write_text("generated/\n")
