@@ -27,5 +27,5 @@ def flatten_patches(images: torch.Tensor) -> torch.Tensor:
     patches = []
     for img in images:
         p = img.unfold(1, 8, 8).unfold(2, 8, 8).permute(1, 2, 0, 3, 4)
-        patches.append(p.reshape(-1, 3 * 64))  # PFL301: permute then reshape copies
+        patches.append(p.reshape(-1, 3 * 64))
     return torch.cat(patches).clone().contiguous()  # PFL302: clone is already contiguous

@@ -9,10 +9,10 @@ import argparse
 import difflib
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from perflsp import __version__
-from perflsp.config import ConfigError
+from perflsp.config import ConfigError, Settings
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 OUTPUT_FORMATS = ("text", "concise", "json", "json-lines", "sarif", "github", "junit")
@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--ignore", type=_codes, help="rule codes or prefixes to disable")
     check.add_argument("--per-file-ignores", action="append", metavar="GLOB:CODES",
                        help="ignore codes in files matching GLOB (repeatable)")
+    check.add_argument("--preview", action="store_true", default=None,
+                       help="run the preview rules too (overrides `preview` of the config)")
+    check.add_argument("--no-preview", action="store_false", dest="preview", help="run the stable rules only")
     check.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text")
     check.add_argument("--statistics", action="store_true", help="count findings per rule")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
@@ -90,12 +93,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 # --- rule ----------------------------------------------------------------------------------------
 
 def _rule(args: argparse.Namespace) -> int:
-    from perflsp.rules.docs import render_rule
+    from perflsp.rules.docs import render_rule, tier
     from perflsp.rules.registry import all_rules, rule_by_code
 
     if args.all or not args.code:
         for rule in all_rules():
-            print(f"{rule.code}  {rule.name:<30} {rule.scope:<4} {rule.summary}")
+            print(f"{rule.code}  {rule.name:<30} {tier(rule):<7} {rule.scope:<4} {rule.summary}")
         return EXIT_CLEAN
     rule = rule_by_code(args.code)
     if rule is None:
@@ -112,6 +115,8 @@ def _overrides(args: argparse.Namespace) -> Dict[str, Any]:
     for key in ("select", "extend_select", "ignore"):
         if getattr(args, key):
             out[key.replace("_", "-")] = getattr(args, key)
+    if args.preview is not None:
+        out["preview"] = args.preview
     if args.per_file_ignores:
         table: Dict[str, List[str]] = {}
         for item in args.per_file_ignores:
@@ -135,6 +140,8 @@ def _check(args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         print(f"perflsp: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if not args.quiet:
+        _warn_about_preview({runner.file_settings(folder, overrides) for folder in {f.parent for f in files}})
 
     modifying = args.fix or args.diff or args.add_noqa
     cache = None if (args.no_cache or modifying) else runner.Cache(Path(args.cache_dir))
@@ -173,6 +180,8 @@ def _check_stdin(args: argparse.Namespace, overrides: Dict[str, Any]) -> int:
     name = args.stdin_filename or "-"
     settings = runner.file_settings(Path(name if args.stdin_filename else "stdin.py").absolute(), overrides)
     registry.validate(settings)
+    if not args.quiet:
+        _warn_about_preview({settings})
     text = sys.stdin.read()
     if args.fix:
         new, _, remaining = fix_text(text, name, settings, unsafe=args.unsafe_fixes)
@@ -183,6 +192,13 @@ def _check_stdin(args: argparse.Namespace, overrides: Dict[str, Any]) -> int:
     findings = runner.check_text(text, name, settings)
     print(render(findings, args.output_format, statistics=args.statistics, sources={name: text}), end="")
     return EXIT_FINDINGS if findings and not args.exit_zero else EXIT_CLEAN
+
+
+def _warn_about_preview(settings: Iterable[Settings]) -> None:
+    from perflsp.rules.registry import preview_warnings
+
+    for message in dict.fromkeys(m for s in settings for m in preview_warnings(s)):
+        print(f"perflsp: warning: {message}", file=sys.stderr)
 
 
 def _modify(results, overrides: Dict[str, Any], args: argparse.Namespace):

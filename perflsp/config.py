@@ -47,6 +47,7 @@ class Settings:
     report_cold: Tuple[str, ...] = ()  # code prefixes reported outside hot code too
     severity: Tuple[Tuple[str, str], ...] = ()
     rule_options: Tuple[Tuple[str, Tuple[Tuple[str, Any], ...]], ...] = ()
+    preview: bool = False  # run the preview rules too (Ruff's preview mode)
     profile_command: Optional[str] = None
     profile_timeout: float = 300.0
     root: Optional[str] = None  # folder that relative globs are matched against
@@ -56,7 +57,7 @@ class Settings:
         """A stable digest of everything that changes findings (used as a cache key)."""
         payload = json.dumps(
             [self.select, self.extend_select, self.ignore, self.per_file_ignores, self.hot_functions,
-             self.report_cold, self.severity, self.rule_options],
+             self.report_cold, self.severity, self.rule_options, self.preview],
             sort_keys=True, default=str,
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -190,6 +191,12 @@ def _rule_options(value: Any, key: str, origin: str) -> Tuple[Tuple[str, Tuple[T
     return tuple((code, tuple(sorted(opts.items()))) for code, opts in sorted(value.items()))
 
 
+def _bool(value: Any, key: str, origin: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{origin}: `{key}` must be true or false, got {value!r}")
+    return value
+
+
 def _optional_str(value: Any, key: str, origin: str) -> Optional[str]:
     if value is not None and not isinstance(value, str):
         raise ConfigError(f"{origin}: `{key}` must be a string")
@@ -213,6 +220,7 @@ _KEYS = {
     "report-cold": ("report_cold", _report_cold),
     "severity": ("severity", _severity),
     "rules": ("rule_options", _rule_options),
+    "preview": ("preview", _bool),
     "profile-command": ("profile_command", _optional_str),
     "profile-timeout": ("profile_timeout", _positive_number),
 }

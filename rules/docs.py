@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Dict, Type
+from typing import Dict, List, Type
 
+from perflsp.rules.precedence import OUTRANKS
 from perflsp.rules.registry import all_rules
 from perflsp.rules.rule import Rule
 
@@ -30,10 +31,26 @@ _SAFETY = {
 }
 
 
+_PREVIEW_MODE = ("Preview rules run only in preview mode: `preview = true` in `[tool.perflsp]`, "
+                 "`perflsp check --preview`, or the editor setting `perflsp.preview`.")
+
+
+def tier(rule: Type[Rule]) -> str:
+    return "preview" if rule.preview else "stable"
+
+
+def _tier_line(rule: Type[Rule]) -> str:
+    if rule.preview:
+        return f"Tier: preview. {rule.preview_reason} {_PREVIEW_MODE}"
+    return "Tier: stable (on by default)."
+
+
 def render_rule(rule: Type[Rule]) -> str:
     bad = rule.invalid[0]
     lines = [
         f"# {rule.code} {rule.name}",
+        "",
+        _tier_line(rule),
         "",
         f"Scope: {_SCOPE[rule.scope]}",
         "",
@@ -75,12 +92,31 @@ def render_rule(rule: Type[Rule]) -> str:
 
 
 def render_index() -> str:
-    lines = ["# Rules", "", "Generated from the rule modules; do not edit by hand.", "",
-             "| code | name | scope | fix | what it flags |", "| --- | --- | --- | --- | --- |"]
+    lines = ["# Rules", "", "Generated from the rule modules; do not edit by hand.", "", _PREVIEW_MODE, "",
+             "| code | name | tier | scope | fix | what it flags |", "| --- | --- | --- | --- | --- | --- |"]
     for rule in all_rules():
         fix = rule.fix_safety or ""
-        lines.append(f"| [{rule.code}]({rule.code}.md) | {rule.name} | {rule.scope} | {fix} | {rule.summary} |")
+        lines.append(f"| [{rule.code}]({rule.code}.md) | {rule.name} | {tier(rule)} | {rule.scope} | {fix} | {rule.summary} |")
+    lines += ["", *_precedence_section()]
     return "\n".join(lines) + "\n"
+
+
+def _precedence_section() -> List[str]:
+    lines = [
+        "## One cost, one finding",
+        "",
+        "Where two rules describe the same cost on the same expression (the same span, or one inside "
+        "the other), only the more specific one reports. The winner runs even when it is not selected, "
+        "and the loser's finding is dropped before `select`, `ignore`, `per-file-ignores` and "
+        "suppression comments apply: ignoring or silencing the winner silences that cost and does not "
+        "bring the loser back. A preview rule wins only in preview mode, the only mode it runs in.",
+        "",
+        "| wins | over | where both fire | why |",
+        "| --- | --- | --- | --- |",
+    ]
+    for entry in OUTRANKS:
+        lines.append(f"| [{entry.winner}]({entry.winner}.md) | [{entry.loser}]({entry.loser}.md) | {entry.example} | {entry.why} |")
+    return lines
 
 
 def pages() -> Dict[str, str]:

@@ -1,4 +1,5 @@
-"""Check one source text: parse once, build the shared context, run every enabled rule.
+"""Check one source text: parse once, build the shared context, run every enabled rule
+(and the rules that outrank one, see `precedence`).
 
 This is the one entry point the CLI, the cache and the language server share, so the editor and
 CI can never disagree.
@@ -14,10 +15,10 @@ import libcst as cst
 
 from perflsp.config import Settings
 from perflsp.findings import Edit, Finding, Fix, HotContext, Location, rule_url
-from perflsp.rules import suppress
+from perflsp.rules import precedence, suppress
 from perflsp.rules.context import ModuleContext
 from perflsp.rules.hotness import COLD_CODE, Hot, HotMap
-from perflsp.rules.registry import enabled_rules
+from perflsp.rules.registry import enabled_rules, outranking_rules
 from perflsp.rules.rule import Report, Rule
 
 log = logging.getLogger("perflsp")
@@ -47,7 +48,8 @@ def check_source(source: str, path: str, settings: Settings,
     hot = HotMap(facts, source.splitlines(), label) if facts else HotMap.for_source(source, path, settings, label)
     ctx = ModuleContext(module, settings, hot, path, label)
     candidates: List[Tuple[Rule, Report]] = []
-    for rule in enabled_rules(settings, path):
+    enabled = enabled_rules(settings, path)
+    for rule in [*enabled, *outranking_rules(settings, path)]:
         try:
             candidates.extend((rule, report) for report in rule.check(ctx))
         except Exception:  # a rule bug must cost one rule on one file, never the whole run
@@ -63,7 +65,11 @@ def check_source(source: str, path: str, settings: Settings,
         if _reported(rule, reason, settings, lambda: hot.is_one_off(position)):
             reports.append((rule, report, reason if isinstance(reason, Hot) else None))
     findings = [_finding(ctx, rule, report, reason, path, settings) for rule, report, reason in reports]
-    findings = [f for f in findings if not suppress.is_suppressed(f.code, {f.start.row, f.end.row}, comments)]
+    # One cost, one finding, decided before selection and suppression (see `precedence`).
+    findings = precedence.drop_outranked(findings)
+    codes = {rule.code for rule in enabled}
+    findings = [f for f in findings
+                if f.code in codes and not suppress.is_suppressed(f.code, {f.start.row, f.end.row}, comments)]
     findings.sort(key=Finding.sort_key)
     return findings
 

@@ -7,18 +7,21 @@ import libcst as cst
 from perflsp.rules.context import NUMPY, PYTHON, ModuleContext
 from perflsp.rules.pfl301_layout_copy import layout_op
 from perflsp.rules.rule import Invalid, Report, Rule
+from perflsp.rules.walk import Frame
 
 # Factories whose result is always a fresh contiguous tensor (not `*_like`, `from_numpy`,
 # `as_tensor` or `empty_strided`, which can carry strides over).
 _FACTORIES = frozenset(
     "torch." + name for name in
-    "zeros ones empty full rand randn randint randperm arange linspace logspace eye tensor".split()
+    "zeros ones empty full rand randn randint randperm arange linspace logspace eye".split()
 )
+# `torch.tensor(data)` is contiguous for Python data, but copies a tensor with its strides.
+_FROM_DATA = "torch.tensor"
 # Contiguous when their input was: a view keeps the input's layout where it can.
 _VIEWS = frozenset({"view", "reshape", "flatten", "clone"})
 
 
-def _already_contiguous(ctx: ModuleContext, inner: cst.Call) -> Optional[str]:
+def _already_contiguous(ctx: ModuleContext, inner: cst.Call, frame: Frame) -> Optional[str]:
     """"safe" when `inner` always returns a contiguous tensor, "unsafe" when it does for a
     contiguous input only, None otherwise."""
     qualname = ctx.qualname(inner.func)
@@ -29,10 +32,22 @@ def _already_contiguous(ctx: ModuleContext, inner: cst.Call) -> Optional[str]:
         return "safe" if makes and ctx.qualname(layout.value) == "torch.contiguous_format" else None
     if qualname in _FACTORIES or (method == "contiguous" and not inner.args):
         return "safe"
-    if method not in _VIEWS:
+    if qualname == _FROM_DATA and inner.args:
+        source = inner.args[0].value
+        if isinstance(source, (cst.List, cst.Tuple, cst.Integer, cst.Float)) or ctx.kind(source, frame) == PYTHON:
+            return "safe"
+    elif method in _VIEWS:
+        source = inner.func.value  # type: ignore[attr-defined]
+    else:
         return None
-    # On a transposed or permuted input the view may well be non-contiguous and the copy needed.
-    return None if layout_op(inner.func.value) else "unsafe"  # type: ignore[attr-defined]
+    # On a transposed or permuted input the result may well be non-contiguous and the copy needed.
+    return None if layout_op(source) else "unsafe"
+
+
+def _callee(ctx: ModuleContext, call: cst.Call) -> str:
+    """`.view()` for a method, `torch.tensor()` for a function."""
+    method = ctx.method_name(call)
+    return f".{method}()" if ctx.qualname(call.func) is None and method else f"{ctx.qualname(call.func)}()"
 
 
 class ReshapeThenContiguous(Rule):
@@ -42,13 +57,15 @@ class ReshapeThenContiguous(Rule):
     why = (
         "`.contiguous()` returns its input unchanged when it is already contiguous, which the "
         "result of a tensor factory or of `.contiguous()` always is, and that of `.view()`, "
-        "`.reshape()`, `.flatten()` and `.clone()` is whenever their input was. The call then only "
-        "costs a dispatch and a stride check on every run, suggests a layout copy that never "
-        "happens, and hides where the real copies are. The fix is safe after factories and "
+        "`.reshape()`, `.flatten()`, `.clone()` and `torch.tensor(t)` of a tensor is whenever their "
+        "input was. The call then only costs a dispatch and a stride check on every run, suggests "
+        "a layout copy that never happens, and hides where the real copies are. The fix is safe "
+        "after factories (`torch.tensor` of Python data included) and "
         "`.contiguous()`, unsafe after the others: on a non-contiguous input, `.reshape()` and "
         "`.flatten()` copy into a contiguous tensor only when no view can express the result and "
         "otherwise return a non-contiguous view, as `.view()` always does, and `.clone()` keeps the "
-        "input's strides. There `.contiguous()` does copy, and the code after it may rely on that."
+        "input's strides, as does `torch.tensor(t)`. There `.contiguous()` does copy, and the code "
+        "after it may rely on that."
     )
     how_to_fix = (
         "Drop the `.contiguous()`. Where the input may be non-contiguous and a contiguous result "
@@ -64,6 +81,8 @@ class ReshapeThenContiguous(Rule):
         "        return y.transpose(1, 2).contiguous()\n",
         "import torch\n\nbuf = torch.empty(8, 3, 32, 32, memory_format=torch.channels_last).contiguous()\n",
         "import torch\n\nx = torch.randn(4, 6)\nrows = torch.zeros_like(x.t()).contiguous()\n",
+        # `torch.tensor` of a transposed tensor keeps its strides: the copy is real.
+        "import torch\n\nx = torch.randn(4, 6)\nrows = torch.tensor(x.t()).contiguous()\n",
     ]
     invalid = [
         Invalid(
@@ -89,14 +108,14 @@ class ReshapeThenContiguous(Rule):
             inner = call.func.value
             if not isinstance(inner, cst.Call):
                 continue
-            safety = _already_contiguous(ctx, inner)
+            safety = _already_contiguous(ctx, inner, frame)
             if safety is None or ctx.kind(inner, frame) in (NUMPY, PYTHON):
                 continue
             if safety == "safe":
                 message = f"`.contiguous()` on `{ctx.code(inner, 50)}` does nothing: that result is always contiguous"
             else:
                 message = (f"`.contiguous()` on `{ctx.code(inner, 50)}` does nothing unless its input is "
-                           f"non-contiguous: `.{ctx.method_name(inner)}()` keeps a contiguous layout contiguous")
+                           f"non-contiguous: `{_callee(ctx, inner)}` keeps a contiguous layout contiguous")
             yield self.report(
                 call, frame, message,
                 fix=self.replace("Remove `.contiguous()`", safety, (call, inner)),

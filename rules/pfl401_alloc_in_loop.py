@@ -147,6 +147,23 @@ def _kept_per_iteration(ctx: ModuleContext, call: cst.Call, frame: Frame, loop: 
     return False
 
 
+def _starts_accumulator(ctx: ModuleContext, call: cst.Call, loop: cst.CSTNode) -> bool:
+    """`acc = torch.empty(0)` that a loop nested in `loop` then grows by rebinding it from itself
+    (`acc = torch.cat([acc, x])`, `acc = acc + x`): a reset per iteration, not a rebuilt constant."""
+    parent = ctx.parent(call)
+    if not isinstance(parent, cst.Assign):
+        return False
+    names = {t.target.value for t in parent.targets if isinstance(t.target, cst.Name)}
+    for inner in ctx.descendants(loop.body):  # type: ignore[attr-defined]
+        if not isinstance(inner, (cst.For, cst.While)):
+            continue
+        for node in ctx.descendants(inner.body):
+            if (isinstance(node, cst.Assign) and names & {t.target.value for t in node.targets if isinstance(t.target, cst.Name)}
+                    and names & ctx.names_in(node.value)):
+                return True
+    return False
+
+
 class AllocInLoop(Rule):
     code = "PFL401"
     name = "alloc-in-loop"
@@ -179,6 +196,10 @@ class AllocInLoop(Rule):
         "import torch\n\ndef fit(model, loader, epochs, device):\n    for epoch in range(epochs):\n"
         "        total = torch.zeros((), device=device)\n        for x, y in loader:\n"
         "            total += model(x).sum()\n        print(epoch, total.item())\n",
+        # Restarted on every iteration for the inner loop to grow.
+        "import torch\n\ndef gather(groups, device):\n    for group in groups:\n"
+        "        seen = torch.empty(0, dtype=torch.long, device=device)\n        for ids in group:\n"
+        "            seen = torch.cat([seen, ids])\n        yield seen\n",
         # Lazy initialisation runs once.
         "import torch\n\ndef run(model, loader, device):\n    cache = None\n    for x in loader:\n"
         "        if cache is None:\n            cache = torch.zeros(1024, device=device)\n"
@@ -193,14 +214,6 @@ class AllocInLoop(Rule):
     ]
     invalid = [
         Invalid(
-            "import torch\nimport torch.nn.functional as F\n\ndef train(model, loader, opt, device):\n"
-            "    for x, y in loader:\n"
-            "        weight = torch.tensor([1.0, 2.0, 0.5], device=device)\n"
-            "        loss = F.cross_entropy(model(x.to(device)), y.to(device), weight=weight)\n"
-            "        opt.zero_grad()\n        loss.backward()\n        opt.step()\n",
-            flagged="torch.tensor([1.0, 2.0, 0.5], device=device)",
-        ),
-        Invalid(
             "import torch\n\n@torch.no_grad()\ndef generate(model, tokens, steps, block):\n"
             "    for _ in range(steps):\n"
             "        mask = torch.ones(block, block, dtype=torch.bool, device=tokens.device).tril()\n"
@@ -208,6 +221,11 @@ class AllocInLoop(Rule):
             "        tokens = torch.cat([tokens, logits[:, -1:].argmax(-1)], dim=1)\n"
             "    return tokens\n",
             flagged="torch.ones(block, block, dtype=torch.bool, device=tokens.device)",
+        ),
+        Invalid(
+            "import torch\n\ndef normalize(loader):\n    for images, _ in loader:\n"
+            "        mean = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)\n        yield images - mean\n",
+            flagged="torch.tensor([0.485, 0.456, 0.406])",
         ),
     ]
 
@@ -219,7 +237,7 @@ class AllocInLoop(Rule):
                 continue
             if not call_is_invariant(ctx, call, loop) or not runs_every_iteration(ctx, call, loop):
                 continue
-            if _kept_per_iteration(ctx, call, frame, loop, mutated):
+            if _kept_per_iteration(ctx, call, frame, loop, mutated) or _starts_accumulator(ctx, call, loop):
                 continue
             yield self.report(
                 call, frame,

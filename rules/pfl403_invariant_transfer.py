@@ -7,6 +7,7 @@ import libcst as cst
 from perflsp.rules.context import NUMPY, PYTHON, ModuleContext
 from perflsp.rules.pfl401_alloc_in_loop import call_is_invariant, calls_in_loops, mutated_in, runs_every_iteration, target_key
 from perflsp.rules.pfl402_create_then_move import moves_to_device
+from perflsp.rules.pfl601_dataloader_workers import on_device
 from perflsp.rules.rule import Invalid, Report, Rule
 from perflsp.rules.walk import Frame
 
@@ -60,6 +61,9 @@ class InvariantTransfer(Rule):
         "        loss = (model(x.to(device)) * scale.to(device)).sum()\n        loss.backward()\n        opt.step()\n",
         # Only the dtype changes.
         "import torch\n\ndef run(model, loader, bias):\n    for x in loader:\n        yield model(x) + bias.to(torch.float16)\n",
+        # Already on the device: `.to(device)` returns the tensor itself, no copy.
+        "import torch\n\ndef run(model, loader, device):\n    bias = torch.zeros(10, device=\"cuda\")\n"
+        "    for x in loader:\n        yield model(x.to(device)) + bias.to(device)\n",
     ]
     invalid = [
         Invalid(
@@ -92,6 +96,8 @@ class InvariantTransfer(Rule):
                 continue  # `model.to(device)` is a no-op once the model is there
             if target_key(receiver) in mutated_in(ctx, loop, mutated) or _trained(ctx, receiver, frame):
                 continue
+            if on_device(ctx, receiver, frame):
+                continue  # created on or moved to the GPU already: `.to()` returns it unchanged
             yield self.report(
                 call, frame,
                 f"`{ctx.code(call)}` copies `{ctx.code(receiver)}` to the device again on every "

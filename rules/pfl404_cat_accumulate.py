@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Set
 
 import libcst as cst
 
@@ -9,6 +9,37 @@ from perflsp.rules.pfl401_alloc_in_loop import target_key
 from perflsp.rules.rule import Invalid, Report, Rule
 
 _JOINS = frozenset("torch." + name for name in "cat concat concatenate stack hstack vstack".split())
+
+
+def _assigned_keys(target: cst.BaseExpression) -> Set[str]:
+    """The dotted names an assignment target binds (`row`, `self.keys`, both of `row, col`)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {key for element in target.elements for key in _assigned_keys(element.value)}
+    key = target_key(target)
+    return {key} if key else set()
+
+
+def _restarted(ctx: ModuleContext, loop: cst.CSTNode, assign: cst.Assign, target: str) -> bool:
+    """Each iteration starts `target` anew, so nothing grows across iterations: the loop body
+    assigns it another value too, or the loop binds it, or the object it belongs to
+    (`for region in regions: region.emb = torch.cat([pad, region.emb])`)."""
+    if isinstance(loop, cst.For) and target.split(".")[0] in _assigned_keys(loop.target):
+        return True
+    return any(isinstance(node, cst.Assign) and node is not assign
+               and any(target in _assigned_keys(t.target) for t in node.targets)
+               for node in ctx.descendants(loop.body))  # type: ignore[attr-defined]
+
+
+def _read_in_loop(ctx: ModuleContext, loop: cst.CSTNode, accumulation: Set[cst.CSTNode], target: str) -> bool:
+    """The loop body reads `target` other than to accumulate into it (generation feeds the tokens
+    so far back to the model), so the pieces cannot wait in a list."""
+    for node in ctx.descendants(loop.body):  # type: ignore[attr-defined]
+        if node in accumulation or not isinstance(node, (cst.Name, cst.Attribute)) or target_key(node) != target:
+            continue
+        parent = ctx.parent(node)
+        if not (isinstance(parent, cst.Attribute) and parent.attr is node):  # `x.tokens` is not `tokens`
+            return True
+    return False
 
 
 class CatAccumulate(Rule):
@@ -23,8 +54,9 @@ class CatAccumulate(Rule):
     )
     how_to_fix = (
         "Append the pieces to a Python list and call `torch.cat` once after the loop, or "
-        "preallocate the full result (`out = torch.empty(n, ...)`) and write `out[i] = x` "
-        "(for generation, preallocate the token buffer and fill one column per step)."
+        "preallocate the full result (`out = torch.empty(n, ...)`) and write `out[i] = x`. Where "
+        "the loop reads what it has accumulated (generation feeds the tokens so far back to the "
+        "model), only preallocation works: fill one column per step and read `out[:, :n]`."
     )
     scope = "hot"
     valid = [
@@ -34,6 +66,12 @@ class CatAccumulate(Rule):
         "import torch\n\ndef pairs(loader):\n    for a, b in loader:\n        yield torch.cat([a, b], dim=1)\n",
         # Outside any loop: one copy.
         "import torch\n\ndef append_eos(tokens, eos):\n    return torch.cat([tokens, eos], dim=1)\n",
+        # Rebuilt on every iteration, then extended once: nothing grows across iterations.
+        "import torch\n\ndef graphs(files, n):\n    for f in files:\n        row = torch.load(f)\n"
+        "        row = torch.cat([row, torch.arange(n)])\n        yield row\n",
+        # A different object on every iteration.
+        "import torch\n\ndef pad_all(regions, pad):\n    for region in regions:\n"
+        "        region.emb = torch.cat([pad, region.emb])\n",
     ]
     invalid = [
         Invalid(
@@ -65,10 +103,22 @@ class CatAccumulate(Rule):
             pieces = call.args[0].value
             if target is None or not isinstance(pieces, (cst.List, cst.Tuple)):
                 continue
-            if any(target_key(element.value) == target for element in pieces.elements):
-                yield self.report(
-                    call, frame,
-                    f"`{ctx.code(call)}` copies all of `{target}` into a new tensor to add one piece, "
-                    "{where}: quadratic copying over the loop; collect the pieces in a list and "
-                    "`torch.cat` once after the loop, or preallocate the result",
-                )
+            accumulated = [e.value for e in pieces.elements if target_key(e.value) == target]
+            if not accumulated:
+                continue
+            loop = frame.loops[-1]
+            if _restarted(ctx, loop, assign, target):  # type: ignore[arg-type]
+                continue
+            # `acc = torch.cat([acc, x])` itself: the target and the piece that is the accumulator.
+            accumulation = {node for expr in (assign.targets[0].target, *accumulated)
+                            for node in (expr, *ctx.descendants(expr))}
+            if _read_in_loop(ctx, loop, accumulation, target):  # type: ignore[arg-type]
+                advice = (f"the loop also reads `{target}`, so preallocate the full result once and write each "
+                          "piece into its slice, reading the filled part where the loop needs it")
+            else:
+                advice = "collect the pieces in a list and `torch.cat` once after the loop, or preallocate the result"
+            yield self.report(
+                call, frame,
+                f"`{ctx.code(call)}` copies all of `{target}` into a new tensor to add one piece, "
+                f"{{where}}: quadratic copying over the loop; {advice}",
+            )

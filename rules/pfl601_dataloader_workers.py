@@ -109,9 +109,9 @@ class DataloaderWorkers(Rule):
     summary = "`DataLoader` without worker processes loads and collates batches in the training loop"
     why = (
         "With `num_workers=0` (the default) the `DataLoader` runs `__getitem__`, decoding, "
-        "augmentation and `collate_fn` in the training process itself, when the loop asks for the "
-        "next batch. Nothing is prepared ahead: every step first spends that CPU time while the GPU "
-        "sits idle, and only then queues its kernels. Worker processes load the next batches in "
+        "augmentation and `collate_fn` in the process that iterates it, when the loop asks for the "
+        "next batch. Nothing is prepared ahead: in a training loop every step first spends that CPU "
+        "time while the GPU sits idle, and only then queues its kernels. Worker processes load the next batches in "
         "parallel with the step (`prefetch_factor` batches each), so the GPU finds one ready."
     )
     how_to_fix = (
@@ -158,7 +158,7 @@ class DataloaderWorkers(Rule):
             how = "with `num_workers=0`" if workers is not None else "without `num_workers`"
             yield self.report(
                 call, frame,
-                f"`{ctx.code(call)}` {how} loads and collates every batch in the training process, "
-                "between steps, while the GPU waits; pass `num_workers=N` so worker processes "
-                "prepare batches during the step",
+                f"`{ctx.code(call)}` {how} loads and collates each batch in this process when the loop "
+                "asks for it, so the loop waits for every batch; pass `num_workers=N` so worker "
+                "processes prepare the next batches while the loop runs",
             )

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Optional
 
 import libcst as cst
 
@@ -73,14 +73,16 @@ class DataloaderPinning(Rule):
             (call, frame) for call, frame in dataloader_calls(ctx)
             if _unpinned(ctx, call) and not dataset_on_device(ctx, call, frame)
         ]
-        if not loaders or not _moves_to_accelerator(ctx):
+        mover = _first_move_to_accelerator(ctx) if loaders else None
+        if mover is None:
             return
         for call, frame in loaders:
             yield self.report(
                 call, frame,
-                f"`{ctx.code(call)}` yields batches in pageable memory, and this module copies them to "
-                "the GPU: each copy goes through a staging buffer and cannot overlap with compute; "
-                "pass `pin_memory=True`",
+                f"`{ctx.code(call)}` yields batches in pageable memory, and this module copies tensors to "
+                f"the GPU (`{ctx.code(mover, 40)}`): a copy from pageable memory goes through a staging "
+                "buffer and cannot overlap with compute; if the loader's batches are among them, pass "
+                "`pin_memory=True`",
             )
 
 
@@ -89,6 +91,6 @@ def _unpinned(ctx: ModuleContext, call: cst.Call) -> bool:
     return pin is None or ctx.literal(pin) is False
 
 
-def _moves_to_accelerator(ctx: ModuleContext) -> bool:
-    """Any `.cuda()`, `.to(<device>)` or `device=<cuda>` in the module: batches are headed there too."""
-    return any(on_device(ctx, call, frame) for call, frame in ctx.nodes(cst.Call))  # type: ignore[arg-type]
+def _first_move_to_accelerator(ctx: ModuleContext) -> Optional[cst.Call]:
+    """The first `.cuda()`, `.to(<device>)` or `device=<cuda>` in the module: batches are probably headed there too."""
+    return next((call for call, frame in ctx.nodes(cst.Call) if on_device(ctx, call, frame)), None)  # type: ignore[arg-type]

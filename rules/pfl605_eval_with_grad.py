@@ -116,8 +116,9 @@ class EvalWithGrad(Rule):
             yield self.report(
                 call, frame,
                 f"`{ctx.code(call)}` builds the autograd graph {{where}}: `{model}` is in eval mode, but "
-                "`.eval()` does not disable autograd, so every activation is kept for a backward that "
-                "never comes; run the loop under `torch.inference_mode()` or `torch.no_grad()`",
+                "`.eval()` does not disable autograd, so the forward keeps the activations a backward "
+                "would need, for a backward that never comes; run the loop under "
+                "`torch.inference_mode()` or `torch.no_grad()`",
             )
 
     @staticmethod

@@ -5,12 +5,16 @@ from typing import Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from perflsp.rules.context import ModuleContext
+from perflsp.rules.pfl604_debug_api_left_on import is_gradient_call
 from perflsp.rules.rule import FixSpec, Invalid, Report, Rule
 from perflsp.rules.walk import Frame
 
 _CONVS = frozenset({"Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"})
 _NORMS = frozenset({"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"})
 _BIAS_POSITION = 7  # `Conv2d(in, out, kernel_size, stride, padding, dilation, groups, bias)`, same for ConvTranspose
+# Calls that fill a model with weights trained before: their `...bias` keys must stay loadable.
+_LOAD_METHODS = frozenset({"load_state_dict", "from_pretrained", "load_from_checkpoint"})
+_LOAD_FUNCTIONS = frozenset({"torch.load", "safetensors.torch.load_file", "safetensors.torch.load_model"})
 
 _Layer = Tuple[cst.Call, Frame]
 
@@ -22,17 +26,24 @@ class ConvBiasBeforeBatchnorm(Rule):
     why = (
         "Batch norm subtracts each channel's mean before it scales and shifts. A per-channel bias "
         "added by the convolution right before it moves that mean by exactly the bias, so it is "
-        "subtracted again: in training through the batch mean, in eval through the running mean, "
-        "which has absorbed it. The bias still costs an extra add over the whole activation (or "
-        "keeps cuDNN from its bias-free kernels), a parameter, its gradient (a reduction over the "
-        "batch and spatial dimensions in every backward) and optimizer state, for no effect; "
-        "batch norm's own shift (`beta`) already provides the offset. The fix is unsafe: "
-        "checkpoints saved with the bias hold a `...bias` key that `load_state_dict` (strict by "
-        "default) then rejects."
+        "subtracted again with the batch mean while the model trains. The bias still costs an "
+        "extra add over the whole activation (or keeps cuDNN from its bias-free kernels), a "
+        "parameter, its gradient (a reduction over the batch and spatial dimensions in every "
+        "backward, which comes out zero) and optimizer state, for no effect; batch norm's own "
+        "shift (`beta`) already provides the offset. In eval mode batch norm subtracts its running "
+        "mean instead, a constant learned with the bias in it: there the bias is part of the "
+        "trained model (dropping it shifts every output unless the running mean is adjusted) and "
+        "costs one add, often fused into the convolution. So the rule says nothing in a module "
+        "that only evaluates (it calls `.eval()` and never `backward()` or an optimizer step). The fix is "
+        "unsafe: checkpoints saved with the bias hold a `...bias` key that `load_state_dict` "
+        "(strict by default) then rejects; in a module that loads one (`load_state_dict`, "
+        "`from_pretrained`, `torch.load`, ...) the rule gives advice without a fix."
     )
     how_to_fix = (
-        "Pass `bias=False` to a convolution that feeds straight into `BatchNorm`; when loading old "
-        "checkpoints, drop the stale bias keys or load with `strict=False`."
+        "Pass `bias=False` to a convolution that feeds straight into `BatchNorm`. To keep loading "
+        "checkpoints saved with the bias, fold it into the batch norm as you load them (subtract "
+        "the convolution's bias from the batch norm's `running_mean` and drop the `...bias` key), "
+        "which leaves the model's outputs unchanged."
     )
     scope = "setup"
     fix_safety = "unsafe"
@@ -44,6 +55,12 @@ class ConvBiasBeforeBatchnorm(Rule):
         "import torch.nn as nn\n\n\nclass Block(nn.Module):\n    def __init__(self, c):\n        super().__init__()\n"
         "        self.conv = nn.Conv2d(c, c, 3, padding=1)\n        self.bn = nn.BatchNorm2d(c)\n\n"
         "    def forward(self, x):\n        return self.bn(x + self.conv(x))\n",
+        # Inference with pretrained weights: batch norm's running mean was learned with the bias in it.
+        "import torch\nfrom torch import nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.conv = nn.Conv2d(1, 16, 3, padding=1)\n        self.bn = nn.BatchNorm2d(16)\n\n"
+        "    def forward(self, x):\n        return self.bn(self.conv(x))\n\n\n"
+        "def score(x, path):\n    model = Net()\n    model.load_state_dict(torch.load(path), strict=True)\n"
+        "    model.eval()\n    with torch.no_grad():\n        return model(x)\n",
     ]
     invalid = [
         Invalid(
@@ -78,21 +95,37 @@ class ConvBiasBeforeBatchnorm(Rule):
             "        return torch.relu(self.bn1(self.conv1(x)))\n",
             flagged="nn.Conv3d(1, 32, kernel_size=3)",
         ),
+        # Fine-tuning from a checkpoint that holds the bias: advice, no fix.
+        Invalid(
+            "import torch\nfrom torch import nn\n\nstem = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU())\n"
+            "stem.load_state_dict(torch.load(\"stem.pt\"))\n\n\ndef finetune(loader, opt):\n"
+            "    for x, y in loader:\n        torch.nn.functional.mse_loss(stem(x), y).backward()\n        opt.step()\n",
+            flagged="nn.Conv2d(3, 64, 3, padding=1)",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
+        pairs = list(self._pairs(ctx))
+        if not pairs or _only_evaluates(ctx):
+            return
+        load = _checkpoint_load(ctx)
         reported: Set[cst.Call] = set()
-        for (conv, frame), norm in self._pairs(ctx):
+        for (conv, frame), norm in pairs:
             if conv in reported:
                 continue
             reported.add(conv)
-            yield self.report(
-                conv, frame,
-                f"`{ctx.code(conv)}` adds a per-channel bias that the following `{ctx.code(norm)}` "
-                "removes again when it subtracts the channel mean: an extra add, a parameter, its "
-                "gradient and optimizer state for no effect; pass `bias=False`",
-                fix=self._fix(ctx, conv),
-            )
+            message = (f"`{ctx.code(conv)}` adds a per-channel bias that the following `{ctx.code(norm)}` "
+                       "removes again when it subtracts the batch mean in training: an extra add, a "
+                       "parameter, its gradient and optimizer state for no effect; pass `bias=False`")
+            if load is None:
+                yield self.report(conv, frame, message, fix=self._fix(ctx, conv))
+            else:
+                yield self.report(
+                    conv, frame,
+                    f"{message} once checkpoints saved with the bias (this module loads one: "
+                    f"`{ctx.code(load, 40)}`) need no loading, or subtract the bias from the batch "
+                    "norm's `running_mean` as you load them",
+                )
 
     def _pairs(self, ctx: ModuleContext) -> Iterator[Tuple[_Layer, cst.Call]]:
         """(convolution with bias, the batch norm right after it)."""
@@ -120,6 +153,22 @@ class ConvBiasBeforeBatchnorm(Rule):
         if "\n" in text:  # re-rendered alone, a multi-line argument would lose its indentation
             return None
         return self.replace(message, "unsafe", (last, f"{text}, bias=False"))
+
+
+def _only_evaluates(ctx: ModuleContext) -> bool:
+    """The module puts a model in eval mode and never trains one: its batch norms use running
+    statistics, which the bias is part of."""
+    calls = [call for call, _ in ctx.nodes(cst.Call)]
+    evaluates = any(ctx.method_name(c) == "eval" and not c.args and ctx.qualname(c.func) is None for c in calls)  # type: ignore[attr-defined]
+    return evaluates and not any(is_gradient_call(ctx, c) for c in calls)  # type: ignore[arg-type]
+
+
+def _checkpoint_load(ctx: ModuleContext) -> Optional[cst.Call]:
+    """The first call in the module that loads trained weights, if any."""
+    for call, _ in ctx.nodes(cst.Call):
+        if ctx.method_name(call) in _LOAD_METHODS or ctx.qualname(call.func) in _LOAD_FUNCTIONS:  # type: ignore[arg-type]
+            return call  # type: ignore[return-value]
+    return None
 
 
 def _layer_call(ctx: ModuleContext, expr: cst.BaseExpression, frame: Frame, names: frozenset) -> Optional[_Layer]:

@@ -8,6 +8,7 @@ from functools import lru_cache
 from typing import Dict, List, Optional, Tuple, Type
 
 from perflsp.config import ConfigError, Settings
+from perflsp.rules import precedence
 from perflsp.rules.rule import Rule
 
 _MODULE = re.compile(r"^pfl\d{3}_\w+$")
@@ -64,7 +65,36 @@ def validate(settings: Settings) -> None:
                 raise ConfigError(f"{origin}: `rules.{code}.{name}` must be a {type(option.default).__name__}, got {value!r}")
 
 
+def _available(rule: Type[Rule], settings: Settings) -> bool:
+    """Preview rules exist only in preview mode, however they are selected (Ruff's rule)."""
+    return settings.preview or not rule.preview
+
+
 @lru_cache(maxsize=64)
 def enabled_rules(settings: Settings, path: Optional[str] = None) -> List[Rule]:
     validate(settings)
-    return [rule(settings.options_for(rule.code)) for rule in all_rules() if settings.is_enabled(rule.code, path)]
+    return [rule(settings.options_for(rule.code)) for rule in all_rules()
+            if _available(rule, settings) and settings.is_enabled(rule.code, path)]
+
+
+@lru_cache(maxsize=64)
+def outranking_rules(settings: Settings, path: Optional[str] = None) -> List[Rule]:
+    """Rules that run although they are not enabled: a finding of theirs silences an enabled
+    rule's finding on the same expression (see `precedence`)."""
+    enabled = {rule.code for rule in enabled_rules(settings, path)}
+    wanted = precedence.winners_over(enabled) - enabled
+    return [rule(settings.options_for(rule.code)) for rule in all_rules()
+            if rule.code in wanted and _available(rule, settings)]
+
+
+def preview_warnings(settings: Settings) -> List[str]:
+    """Ruff's warning for a `select` entry that names only preview rules while preview is off."""
+    if settings.preview:
+        return []
+    warnings = []
+    for selector in settings.select + settings.extend_select:
+        matched = [rule for rule in all_rules() if rule.code.startswith(selector)]
+        if matched and all(rule.preview for rule in matched):
+            warnings.append(f"Selection `{selector}` has no effect because preview is not enabled "
+                            "(set `preview = true` or pass `--preview`)")
+    return warnings

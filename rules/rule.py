@@ -4,6 +4,10 @@ A rule declares its code, kebab-case name, one-line summary, why the pattern is 
 it, where it applies (`scope`), its fix safety, its options, and examples that must be flagged
 (`invalid`, with the flagged text and the fixed code where it has a fix) and must stay clean
 (`valid`). The example test and the docs pages are generated from these declarations.
+
+A rule is stable (on by default) or, as in Ruff, in preview: a preview rule runs only in preview
+mode (`preview = true`, `perflsp check --preview`), and its `preview_reason` says why it is not
+yet on by default.
 """
 from __future__ import annotations
 
@@ -65,6 +69,8 @@ class Rule:
     how_to_fix: ClassVar[str]
     scope: ClassVar[str] = "hot"  # "hot": per-step code only; "any": unless known cold; "setup": all but tests
     fix_safety: ClassVar[Optional[str]] = None  # None, "safe", "unsafe", or "safe/unsafe" (depends on the case)
+    preview: ClassVar[bool] = False
+    preview_reason: ClassVar[str] = ""  # one sentence: why the rule is not yet on by default
     options: ClassVar[Dict[str, Option]] = {}
     valid: ClassVar[Sequence[str]] = ()
     invalid: ClassVar[Sequence[Invalid]] = ()

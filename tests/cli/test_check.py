@@ -19,7 +19,9 @@ LOOP_ITEM = textwrap.dedent(
             print(loss.item())
     """
 )
-VIEW = "import torch\n\nx = torch.randn(4, 6).t()\ny = x.contiguous().view(2, 12)\n"
+VIEW = "import torch\n\n\ndef flat(x):\n    return x.contiguous().view(2, 12)\n"
+# PFL301, a preview rule, reports the copy: a matmul reads the transposed view as it is.
+SCORES = "import torch\n\n\ndef project(batches, w):\n    for x in batches:\n        yield x @ w.t().contiguous()\n"
 
 
 def _json(result):
@@ -73,6 +75,24 @@ def test_select_ignore_and_per_file_ignores(perflsp_cli, tmp_path):
     assert codes("--per-file-ignores", "view.py:PFL303") == ["PFL101"]
 
 
+def test_preview_from_the_command_line_and_the_config(perflsp_cli, tmp_path):
+    (tmp_path / "scores.py").write_text(SCORES)
+    codes = lambda *a: [f["code"] for f in _json(perflsp_cli("check", ".", "--output-format", "json", *a))]
+    assert codes() == []
+    assert codes("--preview") == ["PFL301"]  # with the cache on: preview is part of its key
+    (tmp_path / "perflsp.toml").write_text("preview = true\n")
+    assert codes() == ["PFL301"]
+    assert codes("--no-preview") == []
+
+
+def test_selecting_a_preview_rule_without_preview_warns(perflsp_cli, tmp_path):
+    (tmp_path / "scores.py").write_text(SCORES)
+    result = perflsp_cli("check", ".", "--select", "PFL301", "--no-cache")
+    assert result.returncode == 0, result.stdout
+    assert "warning: Selection `PFL301` has no effect because preview is not enabled" in result.stderr
+    assert "Selection" not in perflsp_cli("check", ".", "--select", "PFL301", "--preview", "--no-cache").stderr
+
+
 def test_suppression_comments(perflsp_cli, tmp_path):
     (tmp_path / "a.py").write_text(LOOP_ITEM.replace("print(loss.item())", "print(loss.item())  # noqa: PFL101"))
     (tmp_path / "b.py").write_text(LOOP_ITEM.replace("print(loss.item())", "print(loss.item())  # perflsp: ignore[PFL101]"))
@@ -113,7 +133,7 @@ def test_fix_diff_and_unsafe(perflsp_cli, tmp_path):
     assert result.returncode == 1 and target.read_text() == VIEW  # PFL303's fix is unsafe
     result = perflsp_cli("check", "view.py", "--diff", "--unsafe-fixes")
     assert result.returncode == 1
-    assert "-y = x.contiguous().view(2, 12)" in result.stdout and "+y = x.reshape(2, 12)" in result.stdout
+    assert "-    return x.contiguous().view(2, 12)" in result.stdout and "+    return x.reshape(2, 12)" in result.stdout
     assert target.read_text() == VIEW
     result = perflsp_cli("check", "view.py", "--fix", "--unsafe-fixes", "--no-cache")
     assert result.returncode == 0, result.stdout
@@ -203,8 +223,10 @@ def test_rule_command(perflsp_cli):
     assert page.returncode == 0
     for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety"):
         assert heading in page.stdout
-    listing = perflsp_cli("rule", "--all").stdout
-    assert "PFL101" in listing and "PFL303" in listing
+    assert "Tier: stable" in page.stdout and "Tier: preview" in perflsp_cli("rule", "PFL301").stdout
+    listing = perflsp_cli("rule", "--all").stdout.splitlines()
+    assert any(line.startswith("PFL101") and " stable " in line for line in listing)
+    assert any(line.startswith("PFL301") and " preview " in line for line in listing)
     assert perflsp_cli("rule", "PFL999").returncode == 2
 
 

@@ -41,7 +41,7 @@ REQUIRED = os.environ.get("PERFLSP_E2E_REQUIRED") == "1"
 # mapped ones); adding one means deciding whether the server receives it (src/settings.ts).
 SETTINGS = {
     "perflsp.path", "perflsp.interpreter", "perflsp.lintOn", "perflsp.workspaceDiagnostics", "perflsp.select",
-    "perflsp.ignore", "perflsp.severity", "perflsp.profile.enabled", "perflsp.profile.timeout", "perflsp.logLevel",
+    "perflsp.ignore", "perflsp.severity", "perflsp.preview", "perflsp.profile.enabled", "perflsp.profile.timeout", "perflsp.logLevel",
 }
 COMMANDS = {
     "perflsp.restart": "Restart server",

@@ -8,7 +8,7 @@ from perflsp.rules.engine import check_source
 from perflsp.rules.fixes import apply_edits
 from perflsp.rules.registry import all_rules
 
-SETTINGS = Settings()
+SETTINGS = Settings(preview=True)  # preview rules keep examples too
 
 
 def _cases(kind):

@@ -81,6 +81,14 @@ def test_editor_settings_split_into_server_keys_and_engine_overrides():
     assert bad.debounce_ms == 150 and len(bad.problems) == 2
 
 
+def test_the_editors_preview_setting_reaches_the_engine(tmp_path: Path):
+    settings = parse({"perflsp": {"preview": True}})
+    assert settings.overrides_dict() == {"preview": True}
+    assert resolve(tmp_path / "a.py", settings).settings.preview is True
+    bad = resolve(tmp_path / "a.py", parse({"preview": "yes"}))
+    assert bad.settings.preview is False and "`preview` must be true or false" in bad.error
+
+
 def test_resolve_falls_back_to_defaults_on_a_bad_config_file(tmp_path: Path):
     (tmp_path / "pyproject.toml").write_text("[tool.perflsp]\nselect = [\"PFL\"]\nignroe = [\"PFL101\"]\n")
     resolved = resolve(tmp_path / "a.py", EditorSettings())

@@ -3,8 +3,8 @@
 // Pure (no `vscode` import) so the mapping is unit-tested. The server reads the `perflsp` section
 // through `workspace/configuration`: its own keys (`run`, `workspaceDiagnostics`, `logLevel`,
 // `interpreter`, `profile.{enabled,timeout}`); every other key it receives overrides the
-// kebab-case key of `[tool.perflsp]` (`select`, `ignore`, `severity`) and is validated there, so an
-// unknown key is an error. Hence `path` (how to start the server) is never forwarded, and a
+// kebab-case key of `[tool.perflsp]` (`select`, `ignore`, `severity`, `preview`) and is validated
+// there, so an unknown key is an error. Hence `path` (how to start the server) is never forwarded, and a
 // `[tool.perflsp]` override only when the user actually set it: a default `select: []` would
 // otherwise switch every rule off over the project's own configuration.
 
@@ -40,6 +40,7 @@ export interface ServerSettings {
   select?: unknown;
   ignore?: unknown;
   severity?: unknown;
+  preview?: unknown;
 }
 
 export interface Context {
@@ -63,7 +64,7 @@ export function serverSettings(lookup: Lookup, context: Context): ServerSettings
   if (context.interpreter && context.interpreter.length > 0) out.interpreter = [...context.interpreter];
   // Overrides of `[tool.perflsp]`: only what the user set, and not an empty list or table, which
   // the settings UI leaves behind when an entry is removed and which means "not set" there.
-  for (const key of ["select", "ignore", "severity"] as const) {
+  for (const key of ["select", "ignore", "severity", "preview"] as const) {
     const setting = lookup(key);
     if (setting.set && !isEmpty(setting.value)) out[key] = setting.value;
   }

@@ -6,7 +6,7 @@ import {
 
 // The contributed defaults (package.json), as VS Code reports them for keys nobody set.
 const DEFAULTS: Record<string, unknown> = {
-  path: [], interpreter: [], lintOn: "type", workspaceDiagnostics: false, select: [], ignore: [], severity: {},
+  path: [], interpreter: [], lintOn: "type", workspaceDiagnostics: false, select: [], ignore: [], severity: {}, preview: false,
   "profile.enabled": true, "profile.timeout": 300, logLevel: "info",
 };
 
@@ -42,6 +42,12 @@ describe("serverSettings", () => {
       run: "onType", workspaceDiagnostics: true, logLevel: "debug", interpreter: ["/venv/bin/python"],
       profile: { enabled: true, timeout: 60 }, select: ["PFL1", "PFL303"], ignore: ["PFL104"], severity: { PFL1: "error" },
     });
+  });
+
+  it("forwards preview only when the user set it, off included", () => {
+    expect(serverSettings(lookup(), TRUSTED)).not.toHaveProperty("preview");
+    expect(serverSettings(lookup({ preview: true }), TRUSTED).preview).toBe(true);
+    expect(serverSettings(lookup({ preview: false }), TRUSTED).preview).toBe(false);
   });
 
   it("leaves out an override set to an empty list or table: the project's config decides", () => {
