@@ -1,0 +1,100 @@
+"""The JSON-RPC layer under bad input: malformed params, wrong framing, requests out of lifecycle order.
+
+pytest-lsp's client only sends well-formed messages, so these tests talk to the real server over
+stdio with a raw client that writes bytes and reads framed replies.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import threading
+import time
+from typing import Any, Dict, Iterator, Optional
+
+import pytest
+
+from tests.server.conftest import SERVER
+
+HOVER = {"textDocument": {"uri": "file:///nowhere/a.py"}, "position": {"line": 0, "character": 0}}
+
+
+class RawClient:
+    """A client that can say what a real one never would."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(SERVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL)
+        self.replies: "queue.Queue[Dict[str, Any]]" = queue.Queue()
+        threading.Thread(target=self._read_replies, daemon=True).start()
+
+    def _read_replies(self) -> None:
+        stream = self.process.stdout
+        while True:
+            length = None
+            for line in iter(stream.readline, b"\r\n"):
+                if not line:
+                    return
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            self.replies.put(json.loads(stream.read(length)))
+
+    def send_bytes(self, data: bytes) -> None:
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def send(self, payload: Dict[str, Any], length_error: int = 0) -> None:
+        """Send one message, its Content-Length off by `length_error` bytes."""
+        body = json.dumps(payload).encode()
+        self.send_bytes(b"Content-Length: %d\r\n\r\n%s" % (len(body) + length_error, body))
+
+    def request(self, msg_id: int, method: str, params: Any = None, length_error: int = 0) -> None:
+        self.send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}, length_error)
+
+    def notify(self, method: str, params: Any = None) -> None:
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def reply(self, msg_id: int, timeout: float = 10.0) -> Optional[Dict[str, Any]]:
+        """The response to request `msg_id`, or None when none came in time."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                message = self.replies.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if message.get("id") == msg_id and "method" not in message:
+                return message
+        return None
+
+    def initialize(self, tmp_path) -> None:
+        self.request(1, "initialize", {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}})
+        assert self.reply(1, timeout=30) is not None
+        self.notify("initialized", {})
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def raw() -> Iterator[RawClient]:
+    client = RawClient()
+    yield client
+    client.close()
+
+
+@pytest.mark.parametrize("params, complaint", [
+    (5, "expected HoverParams @ $.params"),
+    ({**HOVER, "position": {"line": -1, "character": 0}},
+     "Position.line should be in range [0:2147483647], but was -1. @ $.params.position"),
+], ids=["params-not-an-object", "negative-line"])
+def test_a_request_with_invalid_params_is_answered_with_invalid_params(raw, tmp_path, params, complaint):
+    raw.initialize(tmp_path)
+    raw.request(7, "textDocument/hover", params)
+    reply = raw.reply(7)
+    assert reply is not None, "no answer: the client would wait forever"
+    assert reply["error"]["code"] == -32602
+    assert "textDocument/hover" in reply["error"]["message"] and complaint in reply["error"]["message"]
+    raw.request(8, "textDocument/hover", HOVER)
+    assert raw.reply(8) == {"jsonrpc": "2.0", "id": 8, "result": None}
