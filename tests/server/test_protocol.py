@@ -6,17 +6,17 @@ stdio with a raw client that writes bytes and reads framed replies.
 from __future__ import annotations
 
 import json
-import queue
 import subprocess
 import threading
 import time
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
 from tests.server.conftest import SERVER
 
 HOVER = {"textDocument": {"uri": "file:///nowhere/a.py"}, "position": {"line": 0, "character": 0}}
+TRAIN = "import torch\n\nfor x in loader:\n    print(x.sum().item())\n"
 
 
 class RawClient:
@@ -25,7 +25,7 @@ class RawClient:
     def __init__(self) -> None:
         self.process = subprocess.Popen(SERVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL)
-        self.replies: "queue.Queue[Dict[str, Any]]" = queue.Queue()
+        self.received: List[Dict[str, Any]] = []  # every message from the server, in order
         threading.Thread(target=self._read_replies, daemon=True).start()
 
     def _read_replies(self) -> None:
@@ -38,7 +38,7 @@ class RawClient:
                 name, _, value = line.partition(b":")
                 if name.strip().lower() == b"content-length":
                     length = int(value)
-            self.replies.put(json.loads(stream.read(length)))
+            self.received.append(json.loads(stream.read(length)))
 
     def send_bytes(self, data: bytes) -> None:
         self.process.stdin.write(data)
@@ -59,13 +59,14 @@ class RawClient:
         """The response to request `msg_id`, or None when none came in time."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                message = self.replies.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            if message.get("id") == msg_id and "method" not in message:
-                return message
+            for message in list(self.received):
+                if message.get("id") == msg_id and "method" not in message:
+                    return message
+            time.sleep(0.02)
         return None
+
+    def notifications(self, method: str) -> List[Dict[str, Any]]:
+        return [m for m in list(self.received) if m.get("method") == method]
 
     def initialize(self, tmp_path) -> None:
         self.request(1, "initialize", {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}})
@@ -98,3 +99,36 @@ def test_a_request_with_invalid_params_is_answered_with_invalid_params(raw, tmp_
     assert "textDocument/hover" in reply["error"]["message"] and complaint in reply["error"]["message"]
     raw.request(8, "textDocument/hover", HOVER)
     assert raw.reply(8) == {"jsonrpc": "2.0", "id": 8, "result": None}
+
+
+def test_before_initialize_requests_are_refused_and_notifications_dropped_except_exit(raw, tmp_path):
+    raw.request(2, "textDocument/hover", HOVER)
+    assert raw.reply(2)["error"]["code"] == -32002  # ServerNotInitialized, not an internal error
+    uri = (tmp_path / "train.py").as_uri()
+    raw.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                         "text": TRAIN}})
+    raw.initialize(tmp_path)
+    raw.request(3, "textDocument/hover", HOVER)
+    assert raw.reply(3)["result"] is None
+    # The early didOpen was dropped: it neither failed (an error message) nor opened the document.
+    assert raw.notifications("window/showMessage") == []
+    assert [p for p in raw.notifications("textDocument/publishDiagnostics") if p["params"]["uri"] == uri] == []
+    raw.notify("exit")
+    assert raw.process.wait(timeout=10) == 1  # exit without shutdown
+
+
+def test_exit_before_initialize_ends_the_process(raw):
+    raw.notify("exit")
+    assert raw.process.wait(timeout=10) == 1
+
+
+def test_after_shutdown_requests_are_answered_with_invalid_request(raw, tmp_path):
+    raw.initialize(tmp_path)
+    raw.request(2, "shutdown")
+    assert raw.reply(2) == {"jsonrpc": "2.0", "id": 2, "result": None}
+    raw.request(3, "textDocument/hover", HOVER)
+    reply = raw.reply(3)
+    assert reply is not None, "no answer: the client would wait forever"
+    assert reply["error"]["code"] == -32600 and "shutting down" in reply["error"]["message"]
+    raw.notify("exit")
+    assert raw.process.wait(timeout=10) == 0
