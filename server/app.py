@@ -6,7 +6,7 @@ one do the work: `documents` schedules analyses, `analysis` runs the engine in a
 `convert` speaks LSP positions, `actions` and `hover` answer requests, `configuration` follows
 settings and config files, `workspace` checks the files that are not open, `notebooks` maps cells,
 `projects` keeps each folder's project graph current as files are typed in and change on disk,
-`rpc` answers the requests pygls would leave unanswered.
+`rpc` answers the requests pygls would leave unanswered, `transport` reads messages off the stream.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from perflsp import __version__
-from perflsp.server import actions, hover, notebooks, profiling, rpc
+from perflsp.server import actions, hover, notebooks, profiling, rpc, transport
 from perflsp.server import log as client_log
 from perflsp.server.analysis import Part, Result, Snapshot
 from perflsp.server.configuration import CONFIG_NAMES, EditorConfig
@@ -460,9 +460,9 @@ def serve(tcp: Optional[str] = None) -> int:
         host, sep, port = tcp.rpartition(":")
         if not sep or not port.isdigit():
             raise SystemExit(f"perflsp serve: --tcp expects HOST:PORT, got {tcp!r}")
-        server.start_tcp(host or "127.0.0.1", int(port))
+        transport.start_tcp(server, host or "127.0.0.1", int(port))
     else:
-        server.start_io()
+        transport.start_io(server)
     # Leave without tearing the interpreter down: finalizing libcst's and lsprotocol's thousands
     # of objects takes ~0.5 s the editor spends waiting for the process to end (the connection
     # is closed and nothing is left to flush but our own streams).

@@ -45,10 +45,10 @@ class PerflspProtocol(LanguageServerProtocol):
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:
-            if not _is_request(data):
-                raise  # a notification or response has nobody to answer: pygls logs and drops it
-            method = data["method"]
+            method = data.get("method", "a response")
             error = type(exc)(message=f"{exc.message} for {method}: {_what_is_wrong(exc.__cause__)}")
+            if not _is_request(data):
+                raise error from exc.__cause__  # nobody waits for an answer: the reader logs and drops it
             log.warning("perflsp: refused request %s: %s", data["id"], error.message)
             return Refused(id=data["id"], method=method, error=error.to_response_error())
 

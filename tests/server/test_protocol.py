@@ -132,3 +132,15 @@ def test_after_shutdown_requests_are_answered_with_invalid_request(raw, tmp_path
     assert reply["error"]["code"] == -32600 and "shutting down" in reply["error"]["message"]
     raw.notify("exit")
     assert raw.process.wait(timeout=10) == 0
+
+
+@pytest.mark.parametrize("length_error", [-20, 20, 4000], ids=["too-short", "too-long", "longer-than-the-stream"])
+def test_a_wrong_content_length_costs_at_most_its_own_message(raw, tmp_path, length_error):
+    raw.initialize(tmp_path)
+    raw.request(2, "textDocument/hover", HOVER, length_error=length_error)
+    raw.request(3, "textDocument/hover", HOVER)
+    assert raw.reply(3) == {"jsonrpc": "2.0", "id": 3, "result": None}
+    if length_error > 0:  # the whole message was there: only its length was wrong
+        assert raw.reply(2) == {"jsonrpc": "2.0", "id": 2, "result": None}
+    raw.request(4, "textDocument/hover", HOVER)
+    assert raw.reply(4) == {"jsonrpc": "2.0", "id": 4, "result": None}
