@@ -5,6 +5,7 @@ from typing import Iterator
 import libcst as cst
 
 from perflsp.rules.context import NUMPY, PYTHON, ModuleContext
+from perflsp.rules.devices import on_host
 from perflsp.rules.rule import Invalid, Report, Rule
 
 
@@ -16,7 +17,8 @@ class ItemInHotCode(Rule):
         "`.item()` copies one value from the device to the host. The host must wait until every "
         "kernel queued before it has finished, so the GPU's queue drains and the Python thread stalls. "
         "Once per step this turns an asynchronous pipeline into a lock-step one: the next step's "
-        "kernels cannot be queued while the previous ones still run."
+        "kernels cannot be queued while the previous ones still run. Tensors known to live on the CPU "
+        "(made there, moved there, or built by DataLoader workers) are not reported."
     )
     how_to_fix = (
         "Keep the value on the device (accumulate `running_loss += loss.detach()`) and call "
@@ -28,6 +30,22 @@ class ItemInHotCode(Rule):
         "import torch\n\ndef train(model, loader, opt):\n    total = torch.zeros(())\n    for x, y in loader:\n        loss = model(x).sum()\n        total += loss.detach()\n    return total.item()\n",
         "import numpy as np\n\nfor row in range(10):\n    v = np.float64(row).item()\n",
         "import numpy as np\n\nscores = np.zeros(4)\nfor i in range(4):\n    best = scores.max().item()\n",
+        # A schedule computed on the CPU: reading it waits for no GPU.
+        "import torch\n\n\ndef drop_rates(depth, rate):\n"
+        "    return [x.item() for x in torch.linspace(0, rate, depth, device=\"cpu\")]\n",
+        # DataLoader workers build batches in host memory.
+        "import torch\n\n\ndef collate_fn(samples):\n"
+        "    labels = []\n"
+        "    for sample in samples:\n"
+        "        labels.append(sample[\"label\"].item())\n"
+        "    return torch.stack([s[\"image\"] for s in samples]), torch.tensor(labels)\n",
+        # `.cpu()` made the copy (PFL102 reports it); reading the host copy waits for nothing.
+        "import torch\n\n\ndef train(model, loader, opt, log):\n"
+        "    for x, y in loader:\n"
+        "        loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "        loss.backward()\n        opt.step()\n"
+        "        host = loss.detach().cpu()\n"
+        "        log(host.item())\n",
     ]
     invalid = [
         Invalid(
@@ -47,7 +65,7 @@ class ItemInHotCode(Rule):
             receiver = call.func.value
             kind = ctx.kind(receiver, frame)
             # `.item()` is tensor-only but for numpy values, so unknown receivers are reported.
-            if kind in (NUMPY, PYTHON):
+            if kind in (NUMPY, PYTHON) or on_host(ctx, receiver, frame):
                 continue
             yield self.report(
                 call, frame,

@@ -5,7 +5,7 @@ from typing import Iterator
 import libcst as cst
 
 from perflsp.rules.context import NUMPY, PYTHON, ModuleContext
-from perflsp.rules.pfl106_blocking_transfer import to_device_arg
+from perflsp.rules.devices import on_host, to_device_arg
 from perflsp.rules.rule import Invalid, Report, Rule
 from perflsp.rules.walk import Frame
 
@@ -22,7 +22,8 @@ class HostCopyInHotCode(Rule):
         "until every kernel queued before the copy has finished, then for the transfer itself. Done "
         "on every step, it drains the GPU's queue each time, so the host can no longer run ahead and "
         "queue the next step's kernels while the current ones execute. `.tolist()` and `.numpy()` "
-        "add a conversion of every element into Python or NumPy objects on top."
+        "add a conversion of every element into Python or NumPy objects on top. Tensors known to live "
+        "on the CPU already (made there, or built by DataLoader workers) copy nothing and are not reported."
     )
     how_to_fix = (
         "Keep results on the device inside the loop (accumulate with `torch.cat`/`+=` on device tensors, "
@@ -48,6 +49,10 @@ class HostCopyInHotCode(Rule):
         "import torch\n\n\ndef log_inputs(loader, writer):\n"
         "    for step, (images, _) in enumerate(loader):\n"
         "        writer.add_images(\"inputs\", images.numpy(), step)\n",
+        # A schedule made on the CPU: converting it waits for no GPU.
+        "import torch\n\n\ndef stage_drop_rates(depths, rate):\n"
+        "    total = torch.linspace(0, rate, sum(depths), device=\"cpu\")\n"
+        "    return [x.tolist() for x in total.split(depths)]\n",
         # An asynchronous copy into pinned memory does not wait for the GPU.
         "import torch\n\n\ndef train(model, loader, opt, losses):\n"
         "    for x, y in loader:\n"
@@ -116,7 +121,8 @@ def _host_copy(ctx: ModuleContext, call: cst.Call, frame: Frame) -> bool:
             return False  # an asynchronous copy, read after a later synchronization point
     receiver = call.func.value  # type: ignore[attr-defined]
     # `.cpu()` exists only on tensors and modules, so unknown receivers count.
-    return ctx.kind(receiver, frame) not in (NUMPY, PYTHON) and not ctx.is_module_like(receiver, frame)
+    return (ctx.kind(receiver, frame) not in (NUMPY, PYTHON) and not ctx.is_module_like(receiver, frame)
+            and not on_host(ctx, receiver, frame))
 
 
 def _converts_tensor(ctx: ModuleContext, call: cst.Call, frame: Frame) -> bool:
@@ -128,18 +134,10 @@ def _converts_tensor(ctx: ModuleContext, call: cst.Call, frame: Frame) -> bool:
         return True
     if ctx.method_name(call) == "numpy":
         force = ctx.keyword(call, "force")
-        return force is not None and ctx.literal(force.value) is True and ctx.kind(receiver, frame) not in (NUMPY, PYTHON)
-    # Lists, arrays and Series have `.tolist()` too; a name bound to a host copy was reported there.
-    return ctx.is_tensor(receiver, frame) and not _bound_to_host_copy(ctx, receiver, frame)
-
-
-def _bound_to_host_copy(ctx: ModuleContext, expr: cst.BaseExpression, frame: Frame) -> bool:
-    if not isinstance(expr, cst.Name):
-        return False
-    bindings = ctx.bindings_of(expr.value, frame)
-    return bool(bindings) and all(
-        isinstance(b.value, cst.Call) and ctx.method_name(b.value) in ("cpu", "to") and _host_copy(ctx, b.value, b.frame)
-        for b in bindings)
+        return (force is not None and ctx.literal(force.value) is True and ctx.kind(receiver, frame) not in (NUMPY, PYTHON)
+                and not on_host(ctx, receiver, frame))
+    # Lists, arrays and Series have `.tolist()` too; a host copy made earlier was reported there.
+    return ctx.is_tensor(receiver, frame) and not on_host(ctx, receiver, frame)
 
 
 def _consumed_by_conversion(ctx: ModuleContext, call: cst.Call) -> bool:

@@ -5,11 +5,15 @@ from typing import Iterator, Set
 import libcst as cst
 
 from perflsp.rules.context import ModuleContext
+from perflsp.rules.devices import on_host
 from perflsp.rules.rule import Invalid, Report, Rule
+from perflsp.rules.tensor_hints import optional_tensor_param, updated_in_place
 from perflsp.rules.walk import Frame
 
 _CONVERSIONS = frozenset({"float", "int", "bool"})
 _REDUCTIONS = frozenset({"max", "min", "sum"})
+# Tensor methods that reduce to a scalar tensor: `int(index.max())` reads one from the device.
+_SCALAR_METHODS = frozenset("max min amax amin sum mean prod norm count_nonzero argmax argmin any all".split())
 _SYNC = "the host waits until the GPU has run everything queued before it, then copies the value back"
 
 
@@ -24,16 +28,33 @@ class TensorToPython(Rule):
         "has finished: the GPU's queue drains, and the host cannot queue the next step's work while "
         "the current one runs. Builtin `max`/`min` compare tensors the same way, and `max(t)`, "
         "`sum(t)` over one tensor iterate it element by element in Python, one tiny kernel (and for "
-        "`max`/`min` one synchronization) per element."
+        "`max`/`min` one synchronization) per element. `if mask.any():` and `int(index.max()) + 1` "
+        "(a size read from the data) are the same copy. Tensors known to live on the CPU (made there, "
+        "moved there, or built by DataLoader workers) are not reported: reading them waits for no GPU."
     )
     how_to_fix = (
         "Keep the logic on the device: `torch.where(cond, a, b)` instead of branching, "
         "`torch.maximum`/`clamp` instead of builtin `max`/`min`, `t.sum()`/`t.max()` instead of the "
         "builtins, `torch._assert_async` or checks every N steps instead of `assert`. Accumulate values "
-        "for logging on the device and print them every N steps."
+        "for logging on the device and print them every N steps. Pass sizes the caller knows "
+        "(`dim_size=`) instead of reading them with `int(index.max()) + 1`."
     )
     scope = "hot"
     valid = [
+        # Tensors made on the CPU: reading them waits for no GPU.
+        "import torch\n\n\ndef sample_batch_sizes(sizes, steps):\n"
+        "    weights = torch.tensor([float(s) for s in sizes])\n"
+        "    for _ in range(steps):\n"
+        "        choice = int(torch.multinomial(weights, 1))\n"
+        "        if weights[choice] > 0:\n"
+        "            yield sizes[choice]\n",
+        "import torch\n\n\nclass Rope(torch.nn.Module):\n"
+        "    def forward(self, x, positions):\n"
+        "        with torch.device(\"cpu\"):\n"
+        "            steps = torch.arange(positions.shape[-1])\n"
+        "            if (steps % 2).any():\n"
+        "                steps = steps // 2\n"
+        "        return x * steps.to(x.device)\n",
         "import torch\n\n\ndef train(model, loader, opt, log_every=100):\n"
         "    running = torch.zeros((), device=\"cuda\")\n"
         "    for step, (x, y) in enumerate(loader):\n"
@@ -101,6 +122,35 @@ class TensorToPython(Rule):
             "        assert (out >= 0).all() and (out <= 1).all()\n",
             flagged="(out >= 0).all()",
         ),
+        Invalid(
+            "import torch\nfrom typing import Optional\n\n\nclass SumAggregation(torch.nn.Module):\n"
+            "    def forward(self, x: torch.Tensor, index: Optional[torch.Tensor] = None, dim_size: Optional[int] = None):\n"
+            "        if dim_size is None:\n"
+            "            dim_size = int(index.max()) + 1\n"
+            "        return x.new_zeros(dim_size, x.size(-1)).index_add_(0, index, x)\n",
+            flagged="int(index.max())",
+        ),
+        # A counter kept as a tensor buffer lives on the module's device.
+        Invalid(
+            "import torch\n\n\nclass RunningNorm(torch.nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.register_buffer(\"num_batches_tracked\", torch.tensor(0))\n\n"
+            "    def forward(self, x):\n"
+            "        self.num_batches_tracked.add_(1)\n"
+            "        momentum = 1.0 / float(self.num_batches_tracked)\n"
+            "        return x * momentum\n",
+            flagged="float(self.num_batches_tracked)",
+        ),
+        Invalid(
+            "import torch\n\n\nclass Solver(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        assert not x.isnan().any()\n"
+            "        while (x.abs() > 1).any():\n"
+            "            x = x / 2\n"
+            "        return x\n",
+            flagged="not x.isnan().any()",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
@@ -108,13 +158,13 @@ class TensorToPython(Rule):
         for node_type in (cst.If, cst.While, cst.Assert, cst.IfExp):
             for node, frame in ctx.nodes(node_type):
                 for operand in _truth_tested(node.test):  # type: ignore[attr-defined]
-                    if ctx.is_tensor(_strip_not(operand), frame):
+                    if _on_device(ctx, _strip_not(operand), frame):
                         reported.add(operand)
                         yield self._truth_report(ctx, operand, frame)
         # `t and x` / `t or x` tests `t` even when the result is not a condition.
         for node, frame in ctx.nodes(cst.BooleanOperation):
             operand = node.left  # type: ignore[attr-defined]
-            if operand not in reported and not isinstance(operand, cst.BooleanOperation) and ctx.is_tensor(operand, frame):
+            if operand not in reported and not isinstance(operand, cst.BooleanOperation) and _on_device(ctx, operand, frame):
                 yield self._truth_report(ctx, operand, frame)
         for call, frame in ctx.nodes(cst.Call):
             name = ctx.builtin(call.func)  # type: ignore[attr-defined]
@@ -124,7 +174,7 @@ class TensorToPython(Rule):
                     yield report
         for part, frame in ctx.nodes(cst.FormattedStringExpression):
             expr = part.expression  # type: ignore[attr-defined]
-            if ctx.is_tensor(expr, frame) and not _only_on_failure(ctx, part):
+            if _on_device(ctx, expr, frame) and not _only_on_failure(ctx, part):
                 yield self.report(
                     expr, frame,
                     f"formatting tensor `{ctx.code(expr)}` into a string {{where}}: {_SYNC}; "
@@ -140,14 +190,14 @@ class TensorToPython(Rule):
 
     def _builtin_report(self, ctx: ModuleContext, call: cst.Call, frame: Frame, name: str):
         args = [a.value for a in ctx.positional(call)]
-        tensors = [a for a in args if ctx.is_tensor(a, frame)]
+        if name in _CONVERSIONS:
+            if len(args) != 1 or not _converts_device_value(ctx, args[0], frame):
+                return None
+            return self.report(call, frame, _conversion_message(ctx, call, args[0], name))
+        tensors = [a for a in args if _on_device(ctx, a, frame)]
         if not tensors:
             return None
-        if name in _CONVERSIONS:
-            if len(args) != 1:
-                return None
-            what = f"turns a tensor into a Python `{name}` {{where}}: {_SYNC}; keep it as a tensor"
-        elif name == "print":
+        if name == "print":
             what = f"prints a tensor {{where}}: {_SYNC}; accumulate on the device and print every N steps"
         elif name == "sum" or len(args) == 1:
             if args[0] not in tensors:
@@ -160,6 +210,30 @@ class TensorToPython(Rule):
             what = (f"compares tensors in Python {{where}}, and each comparison is a `bool(tensor)`: {_SYNC}; "
                     f"use `{replacement}` or `clamp`")
         return self.report(call, frame, f"`{ctx.code(call)}` {what}")
+
+
+def _conversion_message(ctx: ModuleContext, call: cst.Call, arg: cst.BaseExpression, name: str) -> str:
+    if name == "int" and isinstance(arg, cst.Call) and ctx.method_name(arg) in _SCALAR_METHODS:
+        return (f"`{ctx.code(call)}` copies a reduction of a device tensor to the host {{where}}: {_SYNC}; "
+                "when it is a size the caller knows (`dim_size`, `num_nodes`), pass it in, else keep the "
+                "computation on the device")
+    return f"`{ctx.code(call)}` turns a tensor into a Python `{name}` {{where}}: {_SYNC}; keep it as a tensor"
+
+
+def _on_device(ctx: ModuleContext, expr: cst.BaseExpression, frame: Frame) -> bool:
+    """A tensor not known to live in host memory (reading a CPU tensor waits for no GPU)."""
+    return ctx.is_tensor(expr, frame) and not on_host(ctx, expr, frame)
+
+
+def _converts_device_value(ctx: ModuleContext, expr: cst.BaseExpression, frame: Frame) -> bool:
+    """The argument of `float(...)`/`int(...)`/`bool(...)` is a tensor not known to be on the host:
+    one the inference knows, a reduction of an optional tensor parameter (`int(index.max())`), or
+    one updated in place (`self.num_batches_tracked.add_(1)`)."""
+    if _on_device(ctx, expr, frame):
+        return True
+    if isinstance(expr, cst.Call) and ctx.method_name(expr) in _SCALAR_METHODS:
+        return optional_tensor_param(ctx, expr.func.value, frame)  # type: ignore[attr-defined]
+    return updated_in_place(ctx, expr, frame) and not on_host(ctx, expr, frame)
 
 
 def _truth_tested(test: cst.BaseExpression) -> Iterator[cst.BaseExpression]:

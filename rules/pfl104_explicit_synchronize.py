@@ -105,10 +105,11 @@ class ExplicitSynchronize(Rule):
             # Timing code needs the synchronization to measure anything.
             if frame.innermost_loop in timed_loops:
                 continue
+            how_often = _how_often(ctx, call, frame.innermost_loop)  # type: ignore[arg-type]
             yield self.report(
                 call, frame,
                 f"`{ctx.code(call)}` blocks the host until the GPU has finished the work queued before it, {{where}}: "
-                "the GPU's queue empties on every iteration; remove it (one stream is already ordered), "
+                f"the GPU's queue empties {how_often}; remove it (one stream is already ordered), "
                 "use `wait_stream`/`wait_event` between streams, or synchronize once after the loop",
             )
 
@@ -118,3 +119,14 @@ def _is_synchronize(ctx: ModuleContext, call: cst.Call, qualname: Optional[str])
         return bool(_DEVICE_SYNC.match(qualname))
     # `stream.synchronize()`, `event.synchronize()`, `torch.cuda.current_stream().synchronize()`
     return ctx.method_name(call) == "synchronize" and not call.args
+
+
+def _how_often(ctx: ModuleContext, node: cst.CSTNode, loop: cst.CSTNode) -> str:
+    """"on every iteration", or under the innermost `if` between `node` and `loop`, when it holds."""
+    child, parent = node, ctx.parent(node)
+    while parent is not None and parent is not loop:
+        if isinstance(parent, cst.If) and child is not parent.test:
+            test = ctx.code(parent.test, 40)
+            return f"whenever `{test}` holds" if child is parent.body else f"whenever `{test}` does not hold"
+        child, parent = parent, ctx.parent(parent)
+    return "on every iteration"

@@ -1,14 +1,18 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Set
 
 import libcst as cst
 
 from perflsp.rules.context import NUMPY, PYTHON, ModuleContext
+from perflsp.rules.devices import on_host
 from perflsp.rules.rule import Invalid, Report, Rule
 from perflsp.rules.walk import Frame
 
 _FIXED_SHAPE = "keep the shape fixed: `torch.where(mask, x, 0)`, `x.masked_fill(~mask, 0)` or multiply by the mask"
+_MASKED_WRITE = ("write with a fixed shape: `x.masked_fill_(mask, t)` for one value (a 0-dim tensor too), "
+                 "`x = torch.where(mask, t, x)` when `t` has x's shape, `x.masked_scatter_(mask, t)` when it "
+                 "holds one value per selected element")
 # Operations whose output size is the number of matching elements, with what to use instead.
 _STATIC_INDICES = "with a known upper bound use `torch.nonzero_static(x, size=k)`, or " + _FIXED_SHAPE
 _OPS = {
@@ -37,12 +41,17 @@ class DataDependentShape(Rule):
         "`one_hot` without `num_classes` depends on the values in the tensor. PyTorch must allocate the "
         "output before launching the kernels that fill it, so the host waits until the GPU has computed "
         "the count and copied it back: a full synchronization on every call. The same dynamic shape "
-        "breaks CUDA graph capture and forces a graph break (or recompilation) under `torch.compile`."
+        "breaks CUDA graph capture and forces a graph break (or recompilation) under `torch.compile`. "
+        "Writing through a mask counts too: `x[mask] = t` with a tensor `t` and `x[mask] += v` turn the "
+        "mask into indices first; only `x[mask] = <Python number>` becomes a `masked_fill_` that needs no "
+        "count. Tensors known to live on the CPU wait for no GPU and are not reported."
     )
     how_to_fix = (
         "Keep shapes static: replace `x[mask]` by `torch.where(mask, x, 0)`, `x.masked_fill(~mask, 0)` "
         "or `x * mask` followed by a reduction; use `torch.nonzero_static(x, size=k)` when an upper "
-        "bound is known; pass `output_size=` to `repeat_interleave` and `num_classes=` to `one_hot`."
+        "bound is known; pass `output_size=` to `repeat_interleave` and `num_classes=` to `one_hot`. "
+        "Write with `x.masked_fill_(mask, v)`, `x = torch.where(mask, t, x)` or "
+        "`x.masked_scatter_(mask, t)` instead of `x[mask] = t`."
     )
     scope = "hot"
     valid = [
@@ -58,6 +67,17 @@ class DataDependentShape(Rule):
         "        target = F.one_hot(labels, num_classes=10).float()\n"
         "        first = x[labels]\n"
         "        return F.mse_loss(x, target) + first.mean()\n",
+        # Writing a scalar through a mask becomes `masked_fill_`: no count needed.
+        "import torch\n\n\nclass Scores(torch.nn.Module):\n"
+        "    def forward(self, logits, mask):\n"
+        "        logits[mask == 0] = -1e4\n"
+        "        return logits.softmax(-1)\n",
+        # On the CPU there is no GPU to wait for.
+        "import torch\n\n\ndef collate_fn(samples):\n"
+        "    lengths = torch.tensor([len(s) for s in samples])\n"
+        "    for s in samples:\n"
+        "        s[s < 0] = s.max()\n"
+        "    return torch.stack(samples)[lengths > 0]\n",
         "import numpy as np\n\n\ndef clean(rows):\n"
         "    for row in rows:\n"
         "        arr = np.asarray(row)\n"
@@ -98,19 +118,48 @@ class DataDependentShape(Rule):
             "        return tokens.new_zeros(lengths.numel(), tokens.size(-1)).index_add_(0, segment, tokens)\n",
             flagged="torch.arange(lengths.numel(), device=tokens.device).repeat_interleave(lengths)",
         ),
+        Invalid(
+            "import torch\n\n\ndef train(model, loader, opt):\n"
+            "    for x, y in loader:\n"
+            "        out = model(x)\n"
+            "        missing = torch.isnan(out)\n"
+            "        out[missing] = out.detach().nanmean()\n"
+            "        loss = torch.nn.functional.mse_loss(out, y)\n"
+            "        loss.backward()\n"
+            "        opt.step()\n",
+            flagged="out[missing]",
+        ),
+        Invalid(
+            "import torch\n\n\nclass Histogram(torch.nn.Module):\n"
+            "    def forward(self, counts, labels):\n"
+            "        counts[labels > 0] += 1\n"
+            "        return counts\n",
+            flagged="counts[labels > 0]",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
         for call, frame in ctx.nodes(cst.Call):
             hint = _call_hint(ctx, call, frame)  # type: ignore[arg-type]
-            if hint is not None:
+            if hint is not None and not on_host(ctx, _input(ctx, call), frame):  # type: ignore[arg-type]
                 yield self._report(ctx, call, frame, hint)
-        for sub, frame in ctx.nodes(cst.Subscript):
-            if not any(isinstance(e.slice, cst.Index) and _is_bool_tensor(ctx, e.slice.value, frame, 0)
-                       for e in sub.slice):  # type: ignore[attr-defined]
+        masked = [(sub, frame) for sub, frame in ctx.nodes(cst.Subscript) if _is_masked(ctx, sub, frame)]  # type: ignore[arg-type]
+        for sub, frame in masked:
+            tensor = sub.value  # type: ignore[attr-defined]
+            if ctx.kind(tensor, frame) in (NUMPY, PYTHON) or on_host(ctx, tensor, frame):
                 continue
-            if not _is_store(ctx, sub) and ctx.kind(sub.value, frame) not in (NUMPY, PYTHON):  # type: ignore[attr-defined]
+            parent = ctx.parent(sub)
+            if isinstance(parent, cst.AugAssign) and parent.target is sub:
+                yield self._report(ctx, sub, frame, "update with a fixed shape: `x = torch.where(mask, <new value>, x)`")
+            elif not isinstance(parent, (cst.AssignTarget, cst.Del)):
                 yield self._report(ctx, sub, frame, _FIXED_SHAPE)
+            elif _stores_tensor(ctx, parent, frame, {s for s, _ in masked}):
+                yield self.report(
+                    sub, frame,
+                    f"`{ctx.code(sub)} = ...` writes a tensor through a boolean mask {{where}}: PyTorch turns the "
+                    "mask into indices first, and their number depends on the data, so the host waits for the "
+                    f"GPU to count them; {_MASKED_WRITE}",
+                )
 
     def _report(self, ctx: ModuleContext, node: cst.CSTNode, frame: Frame, hint: str) -> Report:
         return self.report(
@@ -118,6 +167,30 @@ class DataDependentShape(Rule):
             f"the size of `{ctx.code(node)}` depends on the data, so the host waits for the GPU to learn "
             f"it {{where}}; it also breaks CUDA graphs and `torch.compile`; {hint}",
         )
+
+
+def _input(ctx: ModuleContext, call: cst.Call) -> cst.BaseExpression:
+    """The tensor a data-dependent op reads: `x` in `x.nonzero()`, `torch.nonzero(x)`."""
+    if ctx.qualname(call.func) is None and isinstance(call.func, cst.Attribute):
+        return call.func.value
+    args = ctx.positional(call)
+    return args[0].value if args else call
+
+
+def _is_masked(ctx: ModuleContext, sub: cst.Subscript, frame: Frame) -> bool:
+    return any(isinstance(e.slice, cst.Index) and _is_bool_tensor(ctx, e.slice.value, frame, 0) for e in sub.slice)
+
+
+def _stores_tensor(ctx: ModuleContext, target: cst.CSTNode, frame: Frame, reads: Set[cst.CSTNode]) -> bool:
+    """`x[mask] = t` with a tensor `t` (a scalar becomes `masked_fill_`, which needs no count),
+    unless `t` itself holds a masked read, which is reported."""
+    assign = ctx.parent(target)
+    if not isinstance(assign, cst.Assign):
+        return False
+    value = assign.value
+    if not ctx.is_tensor(value, frame) or on_host(ctx, value, frame):
+        return False
+    return not any(node in reads for node in (value, *ctx.descendants(value)))
 
 
 def _call_hint(ctx: ModuleContext, call: cst.Call, frame: Frame) -> Optional[str]:
@@ -143,12 +216,6 @@ def _call_hint(ctx: ModuleContext, call: cst.Call, frame: Frame) -> Optional[str
         known = ctx.is_tensor(receiver, frame) if method in _SHARED_METHODS else ctx.kind(receiver, frame) not in (NUMPY, PYTHON)
         return _OPS[method] if known else None
     return None
-
-
-def _is_store(ctx: ModuleContext, sub: cst.CSTNode) -> bool:
-    """`x[mask] = v`, `x[mask] += v`, `del x[mask]`: writes keep the shape."""
-    parent = ctx.parent(sub)
-    return isinstance(parent, (cst.AssignTarget, cst.Del)) or (isinstance(parent, cst.AugAssign) and parent.target is sub)
 
 
 def _is_bool_tensor(ctx: ModuleContext, expr: cst.BaseExpression, frame: Frame, depth: int) -> bool:

@@ -5,30 +5,8 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from perflsp.rules.context import NUMPY, PYTHON, ModuleContext
+from perflsp.rules.devices import ACCELERATOR, HOST, computed, is_accelerator, pinned, placement, to_device_arg
 from perflsp.rules.rule import Invalid, Report, Rule
-from perflsp.rules.walk import Frame
-
-# Device types whose host-to-device copies can run asynchronously from pinned memory.
-ACCELERATORS = frozenset({"cuda", "xpu"})
-# What device-agnostic scripts call the accelerator they were written for.
-_DEVICE_NAMES = frozenset({"device", "dev"})
-
-
-def is_accelerator(ctx: ModuleContext, expr: cst.BaseExpression, frame: Frame) -> bool:
-    """`expr` names an accelerator: "cuda:0", `torch.device("cuda")`, `"cuda" if ... else "cpu"`,
-    or an otherwise unknown `device`/`dev`/`self.device`."""
-    device = ctx.device_type(expr, frame)
-    if device is not None:
-        return device in ACCELERATORS
-    if isinstance(expr, cst.Name):
-        return expr.value in _DEVICE_NAMES
-    return (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)
-            and expr.value.value == "self" and expr.attr.value in _DEVICE_NAMES)
-
-
-def to_device_arg(ctx: ModuleContext, call: cst.Call) -> Optional[cst.Arg]:
-    """The device argument of `x.to(device, ...)` / `x.to(device=...)`."""
-    return ctx.argument(call, "device", 0)
 
 
 class BlockingTransfer(Rule):
@@ -43,12 +21,16 @@ class BlockingTransfer(Rule):
         "With `non_blocking=True` the call returns at once and the copy is ordered on the stream like "
         "any kernel. It only becomes truly asynchronous when the source tensor is in pinned (page-"
         "locked) memory, e.g. from `DataLoader(..., pin_memory=True)`; from pageable memory it is "
-        "staged through a pinned buffer first, which is still correct but overlaps less."
+        "staged through a pinned buffer first, which is still correct but overlaps less. Tensors "
+        "already on the device (moved there earlier, or computed from tensors there) copy nothing "
+        "and are not reported, nor are moves to a device that may be unset (`device=None`)."
     )
     how_to_fix = (
-        "Pass `non_blocking=True` to `.to(device)` / `.cuda()` for host-to-device copies and load the "
-        "batches from pinned memory (`DataLoader(..., pin_memory=True)` or `tensor.pin_memory()`). "
-        "Do not reuse or modify the pinned source buffer until the copy has run."
+        "Load the batches into pinned memory (`DataLoader(..., pin_memory=True)` or "
+        "`tensor.pin_memory()`) and pass `non_blocking=True` to `.to(device)` / `.cuda()`; the fix "
+        "does that where the source is known to be pinned. Do not reuse or modify the pinned source "
+        "buffer until the copy has run. Device-to-host copies are left alone: made non-blocking, a "
+        "copy that the host reads right after may be read before it has landed."
     )
     scope = "hot"
     fix_safety = "safe"
@@ -71,21 +53,48 @@ class BlockingTransfer(Rule):
         "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
         "        loss.backward()\n        opt.step()\n"
         "        losses.append(loss.detach().to(\"cpu\"))\n",
+        # An EMA kept on an optional other device (often the CPU): a device-to-host copy, where
+        # `non_blocking=True` would let the host read the copy before it arrives.
+        "import copy\n\n\nclass ModelEma:\n"
+        "    def __init__(self, model, decay=0.999, device=None):\n"
+        "        self.module = copy.deepcopy(model)\n"
+        "        self.decay = decay\n"
+        "        self.device = device\n\n"
+        "    def update(self, model):\n"
+        "        for ema_v, model_v in zip(self.module.state_dict().values(), model.state_dict().values()):\n"
+        "            if self.device is not None:\n"
+        "                model_v = model_v.to(device=self.device)\n"
+        "            ema_v.copy_(self.decay * ema_v + (1 - self.decay) * model_v)\n",
+        # Already on the device, `.to(device)` copies nothing.
+        "import torch\n\n\ndef train(model, loader, opt, device):\n"
+        "    for batch in loader:\n"
+        "        tokens = batch[\"input_ids\"].to(device, non_blocking=True)\n"
+        "        lengths = (tokens != 0).sum(dim=1).to(device)\n"
+        "        model(tokens, lengths).loss.backward()\n        opt.step()\n",
+        # Computed by tensor operations, so it lives where the inputs do: on the device.
+        "import torch\nfrom transformers import Trainer\n\n\nclass PairTrainer(Trainer):\n"
+        "    def compute_loss(self, model, inputs):\n"
+        "        device = self.accelerator.device\n"
+        "        chosen, rejected = inputs[\"completion_mask\"].sum(dim=1).chunk(2)\n"
+        "        shared = torch.minimum(chosen, rejected)\n"
+        "        return model(**inputs, shared=torch.cat([shared, shared]).to(device)).loss\n",
         # Outside hot code a blocking copy happens once.
         "import torch\n\nweights = torch.load(\"w.pt\").cuda()\n",
     ]
     invalid = [
         Invalid(
-            "import torch\n\ndevice = torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")\n\n\n"
-            "def train(model, loader, opt):\n"
+            "import torch\nfrom torch.utils.data import DataLoader\n\n\n"
+            "def train(model, dataset, opt, device):\n"
+            "    loader = DataLoader(dataset, batch_size=64, pin_memory=True, num_workers=4)\n"
             "    for images, labels in loader:\n"
             "        images = images.to(device)\n"
             "        labels = labels.to(device, non_blocking=True)\n"
             "        loss = torch.nn.functional.cross_entropy(model(images), labels)\n"
             "        opt.zero_grad()\n        loss.backward()\n        opt.step()\n",
             flagged="images.to(device)",
-            fixed="import torch\n\ndevice = torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")\n\n\n"
-            "def train(model, loader, opt):\n"
+            fixed="import torch\nfrom torch.utils.data import DataLoader\n\n\n"
+            "def train(model, dataset, opt, device):\n"
+            "    loader = DataLoader(dataset, batch_size=64, pin_memory=True, num_workers=4)\n"
             "    for images, labels in loader:\n"
             "        images = images.to(device, non_blocking=True)\n"
             "        labels = labels.to(device, non_blocking=True)\n"
@@ -100,21 +109,12 @@ class BlockingTransfer(Rule):
             "        correct += (logits.argmax(1) == y.cuda(non_blocking=True)).sum()\n"
             "    return correct\n",
             flagged="x.cuda()",
-            fixed="import torch\n\n\n@torch.no_grad()\ndef evaluate(model, loader):\n"
-            "    correct = torch.zeros((), device=\"cuda\")\n"
-            "    for x, y in loader:\n"
-            "        logits = model(x.cuda(non_blocking=True))\n"
-            "        correct += (logits.argmax(1) == y.cuda(non_blocking=True)).sum()\n"
-            "    return correct\n",
         ),
         Invalid(
             "import lightning.pytorch as pl\nimport torch\n\n\nclass Model(pl.LightningModule):\n    def training_step(self, batch):\n"
             "        tokens = batch[\"input_ids\"].to(\"cuda:0\", non_blocking=False)\n"
             "        return self.model(tokens).loss\n",
             flagged="batch[\"input_ids\"].to(\"cuda:0\", non_blocking=False)",
-            fixed="import lightning.pytorch as pl\nimport torch\n\n\nclass Model(pl.LightningModule):\n    def training_step(self, batch):\n"
-            "        tokens = batch[\"input_ids\"].to(\"cuda:0\", non_blocking=True)\n"
-            "        return self.model(tokens).loss\n",
         ),
     ]
 
@@ -138,12 +138,24 @@ class BlockingTransfer(Rule):
             receiver = call.func.value  # type: ignore[attr-defined]
             if ctx.kind(receiver, frame) in (NUMPY, PYTHON) or ctx.is_module_like(receiver, frame):
                 continue
+            where = placement(ctx, receiver, frame)
+            if where == ACCELERATOR or (where != HOST and computed(ctx, receiver, frame)):
+                continue  # already on the device (a no-op), or a device-to-device copy
+            fix = None
+            if pinned(ctx, receiver, frame):
+                where = HOST
+                advice = (f"`{ctx.code(receiver, 40)}` is in pinned memory, so `non_blocking=True` lets the copy "
+                          "overlap with compute")
+                fix = self.replace("Add `non_blocking=True`", "safe", (call, _non_blocking(call, flag)))
+            else:
+                advice = ("load the data into pinned memory (`DataLoader(..., pin_memory=True)`, `.pin_memory()`) "
+                          "and pass `non_blocking=True`")
+            copy = ("a blocking host-to-device copy {where}: the host" if where == HOST
+                    else "a blocking copy to the device {where}: from host memory, the host")
             yield self.report(
                 call, frame,
-                f"`{ctx.code(call)}` is a blocking host-to-device copy {{where}}: the host waits until the "
-                "GPU has run everything queued before it; pass `non_blocking=True` (with pinned memory) "
-                "so the copy overlaps with compute",
-                fix=self.replace("Add `non_blocking=True`", "safe", (call, _non_blocking(call, flag))),
+                f"`{ctx.code(call)}` is {copy} waits until the GPU has run everything queued before it; {advice}",
+                fix=fix,
             )
 
 

@@ -5,7 +5,8 @@ from typing import Dict, Iterator, Optional, Set, Tuple
 import libcst as cst
 
 from perflsp.rules.context import NUMPY, PYTHON, TENSOR, ModuleContext
-from perflsp.rules.pfl202_float64_on_device import FLOAT64, calls_after, target_dtype
+from perflsp.rules.dtypes import DOUBLE, dtype_named, target_dtype
+from perflsp.rules.pfl202_float64_on_device import calls_after
 from perflsp.rules.pfl301_layout_copy import value_before
 from perflsp.rules.rule import Invalid, Report, Rule
 from perflsp.rules.walk import Frame, FunctionInfo
@@ -98,8 +99,7 @@ def _converts(ctx: ModuleContext, call: cst.Call, frame: Frame) -> bool:
         return False
     target = target_dtype(ctx, call)
     if target is not None:
-        qualname = ctx.qualname(target) or ""
-        return qualname not in FLOAT64 and not qualname.endswith("DoubleTensor")
+        return dtype_named(ctx, target) not in DOUBLE and not (ctx.qualname(target) or "").endswith("DoubleTensor")
     args = ctx.positional(call)
     return len(args) == 1 and ctx.kind(args[0].value, frame) == TENSOR
 

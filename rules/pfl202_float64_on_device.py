@@ -5,15 +5,11 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from perflsp.rules.context import MODULE, NUMPY, PYTHON, ModuleContext
+from perflsp.rules.devices import HOST, placement
+from perflsp.rules.dtypes import DOUBLE, dtype_named, target_dtype
 from perflsp.rules.rule import Invalid, Report, Rule
 from perflsp.rules.walk import Frame
 
-FLOAT64 = frozenset({"torch.float64", "torch.double"})
-_TORCH_DTYPES = frozenset(
-    "torch." + name for name in
-    """float32 float float16 half bfloat16 float64 double complex64 cfloat complex128 cdouble uint8 int8
-    int16 short int32 int int64 long bool float8_e4m3fn float8_e5m2""".split()
-)
 # Results consumed on the host: float64 there is ordinary CPU arithmetic, not device work.
 _HOST_METHODS = frozenset({"cpu", "numpy", "tolist", "item"})
 
@@ -39,45 +35,13 @@ def calls_before(ctx: ModuleContext, expr: cst.BaseExpression) -> Iterator[cst.C
         expr = expr.func.value
 
 
-def target_dtype(ctx: ModuleContext, call: cst.Call) -> Optional[cst.BaseExpression]:
-    """The dtype that `x.to(...)` / `x.type(...)` converts to, when the call names one:
-    `dtype=...`, a `torch.<dtype>`, the second argument of `.to(device, dtype)`, or a name such as
-    `dtype` / `x.dtype`."""
-    keyword = ctx.keyword(call, "dtype")
-    if keyword is not None:
-        return keyword.value
-    positional = ctx.positional(call)
-    for arg in positional:
-        if ctx.qualname(arg.value) in _TORCH_DTYPES:
-            return arg.value
-    if ctx.method_name(call) == "to" and len(positional) >= 2:
-        return positional[1].value
-    if not positional:
-        return None
-    first = positional[0].value
-    if ctx.method_name(call) == "type":
-        return first  # `.type()` only ever converts: a dtype, a legacy tensor type or its name
-    name = first.attr.value if isinstance(first, cst.Attribute) else first.value if isinstance(first, cst.Name) else ""
-    return first if name.endswith("dtype") else None
-
-
-def _is_cpu(ctx: ModuleContext, expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, cst.Call) and ctx.qualname(expr.func) == "torch.device" and expr.args:
-        expr = expr.args[0].value
-    return isinstance(expr, cst.SimpleString) and expr.evaluated_value == "cpu"
-
-
-def _on_host(ctx: ModuleContext, call: cst.Call) -> bool:
-    """Made on, moved to, or read back by the CPU (`device="cpu"`, `.cpu().double()`, `.double().item()`)."""
+def _on_host(ctx: ModuleContext, call: cst.Call, frame: Frame) -> bool:
+    """Made on or moved to the CPU, or read back by it (`device="cpu"` to any function,
+    `.cpu().double()`, `torch.arange(n, dtype=torch.float64)`, `.double().item()`)."""
     device = ctx.keyword(call, "device")
-    if device is None and ctx.method_name(call) == "to" and ctx.positional(call):
-        device = ctx.positional(call)[0]
-    if device is not None and _is_cpu(ctx, device.value):
+    if device is not None and ctx.device_type(device.value, frame) == HOST:
         return True
-    if any(ctx.method_name(c) in _HOST_METHODS for c in calls_after(ctx, call)):
-        return True
-    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-    return receiver is not None and any(ctx.method_name(c) == "cpu" for c in calls_before(ctx, receiver))
+    return placement(ctx, call, frame) == HOST or any(ctx.method_name(c) in _HOST_METHODS for c in calls_after(ctx, call))
 
 
 class Float64OnDevice(Rule):
@@ -106,6 +70,15 @@ class Float64OnDevice(Rule):
         "import torch\n\nhist = torch.zeros(256, dtype=torch.float64, device=\"cpu\")\n",
         "import numpy as np\n\nweights = np.ones(10).astype(np.float64)\n",
         "import torch\n\ndef summarize(losses):\n    return torch.stack(losses).double().mean().item()\n",
+        # Precomputed in float64 on the CPU, converted before it reaches the device.
+        "import torch\n\n\ndef precompute_freqs(dim, end, theta=256.0):\n"
+        "    with torch.device(\"cpu\"):\n"
+        "        freqs = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64, device=\"cpu\") / dim))\n"
+        "        steps = torch.arange(end, device=freqs.device, dtype=torch.float64)\n"
+        "        return torch.polar(torch.ones(end, dim // 2), torch.outer(steps, freqs).float())\n",
+        # Made without a device: on the CPU.
+        "import torch\n\n\ndef choice_weights(batch_sizes):\n"
+        "    return torch.full((len(batch_sizes),), 1.0 / len(batch_sizes), dtype=torch.float64)\n",
     ]
     invalid = [
         Invalid(
@@ -125,6 +98,13 @@ class Float64OnDevice(Rule):
             "import torch\n\ndef train_step(model, x, y):\n    x = x.to(\"cuda\", torch.double)\n    return model(x) - y\n",
             flagged="x.to(\"cuda\", torch.double)",
         ),
+        Invalid(
+            "import torch\n\n\nclass Rope(torch.nn.Module):\n"
+            "    def forward(self, x, angles):\n"
+            "        rotation = torch.polar(torch.ones_like(angles), angles).to(torch.complex128)\n"
+            "        return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * rotation)\n",
+            flagged="torch.polar(torch.ones_like(angles), angles).to(torch.complex128)",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
@@ -137,13 +117,13 @@ class Float64OnDevice(Rule):
         method = ctx.method_name(call)
         if ctx.qualname(call.func) == "torch.set_default_dtype":
             args = ctx.positional(call)
-            if args and ctx.qualname(args[0].value) in FLOAT64:
+            if args and dtype_named(ctx, args[0].value) in DOUBLE:
                 return (f"`{ctx.code(call)}` makes every floating-point tensor created afterwards float64, which "
                         "GPUs process at a fraction of float32 speed and twice the memory traffic")
             return None
         if method == "double" and not call.args:
             kind = ctx.kind(call.func.value, frame)
-            if kind in (NUMPY, PYTHON) or _on_host(ctx, call):
+            if kind in (NUMPY, PYTHON) or _on_host(ctx, call, frame):
                 return None
             what = "every parameter and buffer of the model" if kind == MODULE else "the tensor"
             return (f"`{ctx.code(call)}` converts {what} to float64: GPUs run float64 math at a fraction of "
@@ -152,11 +132,14 @@ class Float64OnDevice(Rule):
         if dtype is None and method in ("to", "type"):
             target = target_dtype(ctx, call)
             dtype = next((a for a in call.args if a.value is target), None)
-        if dtype is None or ctx.qualname(dtype.value) not in FLOAT64:
+        named = dtype_named(ctx, dtype.value) if dtype is not None else None
+        if named not in DOUBLE:
             return None
         if method in ("to", "type") and ctx.kind(call.func.value, frame) in (NUMPY, PYTHON):
             return None
-        if _on_host(ctx, call):
+        if _on_host(ctx, call, frame):
             return None
-        return (f"`{ctx.code(call)}` produces float64 data: GPUs run float64 math at a fraction of float32 "
-                "speed, without Tensor Cores, and move twice the bytes; use float32")
+        single = "complex64" if named == "complex128" else "float32"
+        return (f"`{ctx.code(call)}` produces {named} data: GPUs run float64 math at a fraction of float32 "
+                f"speed, without Tensor Cores, and move twice the bytes; use {single}, or compute it on the CPU "
+                "and convert it before moving it")

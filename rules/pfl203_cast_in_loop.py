@@ -5,7 +5,8 @@ from typing import Dict, Iterator, Set, Tuple
 import libcst as cst
 
 from perflsp.rules.context import MODULE, NUMPY, PYTHON, TENSOR, ModuleContext
-from perflsp.rules.pfl202_float64_on_device import calls_before, target_dtype
+from perflsp.rules.dtypes import conversion_dtype, known_dtype, target_dtype
+from perflsp.rules.pfl202_float64_on_device import calls_before
 from perflsp.rules.pfl401_alloc_in_loop import call_is_invariant, calls_in_loops, mutated_in, runs_every_iteration, target_key
 from perflsp.rules.pfl402_create_then_move import moves_to_device
 from perflsp.rules.rule import Invalid, Report, Rule
@@ -89,6 +90,16 @@ class CastInLoop(Rule):
         "    def run(self, steps):\n        frames = []\n"
         "        for _ in range(steps):\n            self.advance()\n            frames.append(self.state.half())\n"
         "        return frames\n",
+        # Already float32: `.float()` returns the tensor itself.
+        "import torch\n\ndef rope(inv_freq, positions, device):\n"
+        "    inv = inv_freq[None, :, None].float().expand(positions.shape[0], -1, 1).to(device)\n"
+        "    outs = []\n"
+        "    for i in range(2):\n"
+        "        pos = positions[:, :, i][:, None, :].float()\n"
+        "        outs.append((inv.float() @ pos).transpose(1, 2))\n"
+        "    return torch.cat(outs, dim=-1)\n",
+        "import torch\n\ndef add_noise(model, loader):\n    noise = torch.randn(3, 224, 224)\n"
+        "    for x, y in loader:\n        model(x + noise.float())\n",
         # Filled in place on every iteration.
         "import torch\n\ndef collect(model, loader, n):\n    hits = torch.zeros(n, dtype=torch.bool)\n"
         "    for i, (x, y) in enumerate(loader):\n        hits[i] = model(x).argmax() == y\n"
@@ -135,9 +146,12 @@ class CastInLoop(Rule):
                 continue
             if steps and not _created_here(ctx, receiver, frame):
                 continue
+            target = conversion_dtype(ctx, call)
+            if target is not None and known_dtype(ctx, receiver, frame) == target:
+                continue  # already that dtype: the conversion returns the tensor itself
             yield self.report(
                 call, frame,
                 f"`{ctx.code(call)}` converts `{key}` again on every iteration {{where}}, though the loop "
-                "never changes it: each time a new tensor is allocated and every element cast; "
-                "convert it once before the loop",
+                "never changes it: unless it already has that dtype, each time a new tensor is allocated "
+                "and every element cast; convert it once before the loop",
             )

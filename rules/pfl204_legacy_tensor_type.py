@@ -5,6 +5,7 @@ from typing import Iterator, List, Optional, Tuple
 import libcst as cst
 
 from perflsp.rules.context import NUMPY, PYTHON, TENSOR, ModuleContext
+from perflsp.rules.devices import HOST, placement
 from perflsp.rules.rule import FixSpec, Invalid, Report, Rule
 from perflsp.rules.walk import Frame
 
@@ -79,8 +80,10 @@ class LegacyTensorType(Rule):
         "A legacy type names a dtype *and* a device. `x.type(torch.FloatTensor)`, usually meant as a "
         "cast to float32, also copies a GPU tensor back to host memory, and the host then waits for "
         "every queued kernel to finish before it can continue; `x.type(torch.cuda.FloatTensor)` is "
-        "a synchronous copy from pageable host memory. The constructors (`torch.cuda.FloatTensor(2, "
-        "3)`) return uninitialised memory and build data from Python lists element by element. Code "
+        "a synchronous copy from pageable host memory. The CUDA constructors return uninitialised "
+        "memory (`torch.cuda.FloatTensor(2, 3)`) or build their data from a Python list element by "
+        "element on the host and copy it to the GPU synchronously (`torch.cuda.LongTensor([1, 2])`); "
+        "CPU constructors (`torch.LongTensor(...)`) hide no transfer and are left alone. Code "
         "written against these types hard-codes one device per type and tends to allocate on one "
         "device and copy to the other; the API has been deprecated since PyTorch 0.4."
     )
@@ -98,6 +101,11 @@ class LegacyTensorType(Rule):
         "import torch\n\nbuf = torch.empty(2, 3, dtype=torch.float32, device=\"cuda\")\n",
         "import torch\n\ndef is_half(x):\n    return x.type() == \"torch.cuda.HalfTensor\"\n",
         "import numpy as np\n\nmask = np.zeros(4).astype(np.float32)\n",
+        # CPU constructors and casts of CPU tensors hide no transfer.
+        "import torch\n\ndef to_meta(sizes, rank, device):\n"
+        "    meta = [len(sizes), *sizes, rank]\n"
+        "    return torch.LongTensor(data=meta).to(device)\n",
+        "import torch\n\nweights = torch.ones(10).type(torch.DoubleTensor)\n",
     ]
     invalid = [
         Invalid(
@@ -114,9 +122,10 @@ class LegacyTensorType(Rule):
             "    return th.empty(batch, size, dtype=th.float32, device=\"cuda\").zero_()\n",
         ),
         Invalid(
-            "import torch\n\nclass_weights = torch.LongTensor([1, 5, 2])\n",
-            flagged="torch.LongTensor([1, 5, 2])",
-            fixed="import torch\n\nclass_weights = torch.tensor([1, 5, 2], dtype=torch.int64, device=\"cpu\")\n",
+            "import torch\n\ndef class_weights():\n    return torch.cuda.LongTensor([1, 5, 2])\n",
+            flagged="torch.cuda.LongTensor([1, 5, 2])",
+            fixed="import torch\n\ndef class_weights():\n"
+            "    return torch.tensor([1, 5, 2], dtype=torch.int64, device=\"cuda\")\n",
         ),
         Invalid(
             "import torch\n\ndef train(model, loader):\n    for images, labels in loader:\n"
@@ -137,13 +146,14 @@ class LegacyTensorType(Rule):
             keyword = call.args[0].keyword if len(call.args) == 1 else None
             if ctx.method_name(call) == "type" and len(call.args) == 1 and (keyword is None or keyword.value == "dtype"):
                 legacy, named = _legacy_type(ctx, call.args[0].value, frame)
-                kind = ctx.kind(call.func.value, frame)  # type: ignore[attr-defined]
-                if legacy and kind not in (NUMPY, PYTHON):
+                receiver = call.func.value  # type: ignore[attr-defined]
+                kind = ctx.kind(receiver, frame)
+                if legacy and kind not in (NUMPY, PYTHON) and not _only_casts(ctx, receiver, frame, named):
                     yield self.report(call, frame, _cast_message(ctx, call, named),
                                       self._cast_fix(ctx, call, named, kind == TENSOR))
                 continue
             legacy, named = _legacy_type(ctx, call.func, frame)
-            if legacy:
+            if legacy and (named is None or named[0] != "cpu"):
                 detail = f" ({named[1]} on {named[0]})" if named else ""
                 yield self.report(
                     call, frame,
@@ -187,6 +197,12 @@ class LegacyTensorType(Rule):
                                 args=args + _keywords(torch, device, dtype))
         return self.replace(f"Replace with `{torch}.{factory}(..., dtype={torch}.{dtype}, device=\"{device}\")`",
                             "safe", (call, new))
+
+
+def _only_casts(ctx: ModuleContext, tensor: cst.BaseExpression, frame: Frame,
+                named: Optional[Tuple[str, str]]) -> bool:
+    """`.type(torch.FloatTensor)` of a tensor known to be on the CPU: only a cast."""
+    return named is not None and named[0] == "cpu" and placement(ctx, tensor, frame) == HOST
 
 
 def _cast_message(ctx: ModuleContext, call: cst.Call, named: Optional[Tuple[str, str]]) -> str:

@@ -4,7 +4,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from perflsp.rules.context import TENSOR, ModuleContext
+from perflsp.rules.context import ModuleContext
 from perflsp.rules.rule import Invalid, Report, Rule
 from perflsp.rules.walk import Frame
 
@@ -27,13 +27,11 @@ def _sized(ctx: ModuleContext, expr: cst.BaseExpression) -> Optional[cst.BaseExp
 
 
 def _range_bound(ctx: ModuleContext, iterable: cst.BaseExpression) -> Optional[cst.BaseExpression]:
-    """The stop of `range(stop)` or `range(<int>, stop)`."""
+    """The stop of `range(stop)` or `range(start, stop)` (`range(i + 1, n)` walks pairs)."""
     if not isinstance(iterable, cst.Call) or ctx.builtin(iterable.func) != "range":
         return None
     args = ctx.positional(iterable)
     if len(args) != len(iterable.args) or not 1 <= len(args) <= 2:
-        return None
-    if len(args) == 2 and not isinstance(args[0].value, cst.Integer):
         return None
     return args[-1].value
 
@@ -82,6 +80,12 @@ class ElementwisePythonLoop(Rule):
         # A recurrence is sequential by nature.
         "import torch\n\ndef unroll(cell, x: torch.Tensor, h: torch.Tensor):\n    outputs = []\n    for t in range(x.size(1)):\n"
         "        h = cell(x[:, t], h)\n        outputs.append(h)\n    return torch.stack(outputs, dim=1)\n",
+        # A loop over a short list of settings (three rotary axes), not over a tensor's elements.
+        "import torch\n\nclass RopeEmbedder:\n"
+        "    def __init__(self, axes_dims, freqs):\n        self.axes_dims = axes_dims\n        self.freqs = freqs\n\n"
+        "    def __call__(self, ids: torch.Tensor):\n        parts = []\n"
+        "        for i in range(len(self.axes_dims)):\n            parts.append(self.freqs[i][ids[:, i]])\n"
+        "        return torch.cat(parts, dim=-1)\n",
         # Indexing a dataset, not a tensor.
         "def first_labels(dataset):\n    labels = []\n    for i in range(len(dataset)):\n"
         "        labels.append(dataset[i][1])\n    return labels\n",
@@ -100,6 +104,21 @@ class ElementwisePythonLoop(Rule):
             "            out[i, j] = (x[i] - y[j]).norm()\n    return out\n",
             flagged="range(x.shape[0])",
         ),
+        Invalid(
+            "import torch\n\ndef dedupe_support(student: torch.Tensor, teacher: torch.Tensor, k: int):\n"
+            "    support = torch.cat([student.topk(k, dim=-1)[1], teacher.topk(k, dim=-1)[1]], dim=-1)\n"
+            "    keep = torch.ones_like(support, dtype=torch.bool)\n"
+            "    for i in range(1, support.shape[-1]):\n"
+            "        keep[..., i] &= ~(support[..., i : i + 1] == support[..., :i]).any(dim=-1)\n"
+            "    return keep\n",
+            flagged="range(1, support.shape[-1])",
+        ),
+        Invalid(
+            "import torch\n\ndef pair_distances(points: torch.Tensor):\n    dists = []\n"
+            "    for i, p in enumerate(points):\n        for j in range(i + 1, len(points)):\n"
+            "            dists.append((p - points[j]).norm())\n    return torch.stack(dists)\n",
+            flagged="range(i + 1, len(points))",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
@@ -108,7 +127,8 @@ class ElementwisePythonLoop(Rule):
                 continue
             bound = _range_bound(ctx, loop.iter)
             sized = _sized(ctx, bound) if bound is not None else None
-            if sized is None or ctx.kind(sized, frame) not in (TENSOR, None):
+            # A tensor's length, not that of a list of config values (`for i in range(len(self.axes))`).
+            if sized is None or not ctx.is_tensor(sized, frame):
                 continue
             indexed = self._tensor_index(ctx, loop, frame)
             if indexed is not None:
