@@ -9,6 +9,7 @@ surrounding source for the judge; judgements go to a file of the same shape as
 precision of such a file.
 
     python bench/realworld_sample.py --mirrors DIR --repos OWNER/NAME ... --seed 20261201 --n 60 --out FILE
+    python bench/realworld_sample.py --mirrors DIR --repos ... --per-rule 12 --preview --out FILE
     python bench/realworld_sample.py --score bench/realworld/judged-2026-12-01.jsonl
 """
 from __future__ import annotations
@@ -36,9 +37,10 @@ def extract(git_dir: Path, dest: Path) -> str:
     return commit
 
 
-def findings_of(root: Path, perflsp: str):
+def findings_of(root: Path, perflsp: str, preview: bool):
     (root / "perflsp.toml").write_text("")  # nothing above the checkout changes the result
-    out = subprocess.run([*perflsp.split(), "check", "--no-cache", "--exit-zero", "--output-format", "json", "."],
+    out = subprocess.run([*perflsp.split(), "check", "--no-cache", "--exit-zero", "--output-format", "json", "."]
+                         + (["--preview"] if preview else []),
                          cwd=root, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"perflsp failed on {root}: {out.stderr[-500:]}")
@@ -60,7 +62,7 @@ def sample(args) -> int:
             git_dir = next(p for p in [Path(args.mirrors) / repo.replace("/", "+"), *sorted((Path(args.mirrors) / repo.replace("/", "+")).glob("*"))]
                            if (p / "HEAD").is_file())
             commit = extract(git_dir, root)
-            found = findings_of(root, args.perflsp)
+            found = findings_of(root, args.perflsp, args.preview)
             lines = sum(p.read_text(encoding="utf-8", errors="replace").count("\n") for p in root.rglob("*.py"))
             print(f"{repo} @ {commit[:12]}: {len(found)} findings, {lines} lines, {1000 * len(found) / max(lines, 1):.2f}/kLOC")
             for f in found:
@@ -68,7 +70,14 @@ def sample(args) -> int:
                 pool.append({"repo": repo, "commit": commit, "path": path, "line": f["location"]["row"], "code": f["code"],
                              "message": f["message"], "hot": (f.get("hot") or {}).get("message"),
                              "fix": (f.get("fix") or {}).get("message"), "context": context(root, path, f["location"]["row"])})
-    drawn = random.Random(args.seed).sample(pool, min(args.n, len(pool)))
+    rng = random.Random(args.seed)
+    if args.per_rule:  # every rule's precision needs its own judged findings: up to K of each
+        by_rule = collections.defaultdict(list)
+        for record in pool:
+            by_rule[record["code"]].append(record)
+        drawn = [r for code in sorted(by_rule) for r in rng.sample(by_rule[code], min(args.per_rule, len(by_rule[code])))]
+    else:
+        drawn = rng.sample(pool, min(args.n, len(pool)))
     with open(args.out, "w") as fh:
         for record in drawn:
             fh.write(json.dumps(record) + "\n")
@@ -95,7 +104,9 @@ def main() -> int:
     parser.add_argument("--mirrors")
     parser.add_argument("--repos", nargs="+", default=[])
     parser.add_argument("--seed", type=int, default=20261201)
-    parser.add_argument("--n", type=int, default=60)
+    parser.add_argument("--n", type=int, default=60, help="findings drawn uniformly from all repositories")
+    parser.add_argument("--per-rule", type=int, default=0, metavar="K", help="instead, up to K findings of each rule")
+    parser.add_argument("--preview", action="store_true", help="check with preview rules on")
     parser.add_argument("--out", default="sample.jsonl")
     parser.add_argument("--perflsp", default=f"{sys.executable} -m perflsp")
     parser.add_argument("--score", metavar="FILE", help="print the precision of a judged file")
