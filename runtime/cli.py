@@ -156,6 +156,7 @@ def profile_command(args: argparse.Namespace) -> int:
         "command": "profile", "target": args.target, "cwd": str(cwd), "setup": args.setup, "run": run_command,
         "stop_program": not args.no_stop, "warmup": args.warmup, "iters": args.iters, "min_time_s": args.min_time,
         "timeout_s": timeout_s, "device": args.device, "refresh_peaks": args.refresh_peaks, "top_lines": args.top,
+        "workspace": str(workspace),
     }
     try:
         outcome = supervisor.run_job(job, timeout_s, on_message=progress, stop_after_result=not args.no_stop)
@@ -164,7 +165,22 @@ def profile_command(args: argparse.Namespace) -> int:
     result = outcome.payload if outcome.payload is not None else _failed_run(base, outcome, timeout_s, target)
     if result["status"] == "ok" and outcome.notes:
         result["verdict"]["notes"].extend(outcome.notes)
-    return _finish(args, result, workspace)
+    code = _finish(args, result, workspace)
+    _publish_hot(args, outcome.hot, workspace)
+    return code
+
+
+def _publish_hot(args: argparse.Namespace, document: Optional[Dict[str, Any]], workspace: Path) -> None:
+    """What the program run recorded about its functions: `.perflsp/hot.json`, for the static rules."""
+    from perflsp.hot_file import hot_path
+    from perflsp.runtime import report
+
+    if document is None:
+        return
+    written = write_json_atomic(hot_path(workspace), document)
+    if args.json != "-":
+        print(report.hot_row(document, str(written)))
+        sys.stdout.flush()
 
 
 def _failed_run(base: Dict[str, Any], outcome: Any, timeout_s: float, target: Any) -> Dict[str, Any]:

@@ -214,10 +214,13 @@ def capture(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         session = _ACTIVE
-        if session is None or session.finished or getattr(_LOCAL, "depth", 0):
+        if session is None or getattr(_LOCAL, "depth", 0):
             return fn(*args, **kwargs)
         _LOCAL.depth = 1  # recursive calls of the target run unmeasured inside the outer one
         try:
+            session.target_called()
+            if session.finished:
+                return fn(*args, **kwargs)
             return session.measured_call(fn, args, kwargs)
         finally:
             _LOCAL.depth = 0
@@ -231,11 +234,17 @@ def activate(session: Optional["ProgramSession"]) -> None:
 
 
 class ProgramSession:
-    """State machine over the target's real calls: warm-up, attribution, profile, timing."""
+    """State machine over the target's real calls: warm-up, attribution, profile, timing.
+
+    With a hot recorder (`hot_record.HotRecorder`), each call of the target is a step boundary
+    for it, and it is paused from the first instrumented call until the measurement is complete:
+    the measured calls run as the program would run them without perflsp.
+    """
 
     def __init__(self, device: str, timing_options: Any, reporter: Any, stop: bool,
                  on_complete: Callable[["ProgramSession"], None],
-                 probe_device: Optional[Callable[[Callable[[], Any], str], str]] = None):
+                 probe_device: Optional[Callable[[Callable[[], Any], str], str]] = None,
+                 recorder: Any = None):
         from perflsp.runtime.timing import make_timer
 
         self.device = device
@@ -255,7 +264,12 @@ class ProgramSession:
         self.source_file: Optional[str] = None
         self.function: Any = None
         self.finished = False
+        self.recorder = recorder
         self._lock = threading.Lock()
+
+    def target_called(self) -> None:
+        if self.recorder is not None:
+            self.recorder.target_called()
 
     def measured_call(self, fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         if not self._lock.acquire(blocking=False):
@@ -280,6 +294,8 @@ class ProgramSession:
         def call() -> None:
             box.append(fn(*args, **kwargs))
 
+        if self.phase != "warm-up" and self.recorder is not None:
+            self.recorder.pause()
         if self.probe_device is not None:
             # The first call shows where the work runs; it counts as a warm-up call.
             self.device = self.probe_device(call, self.source_file or "")
@@ -314,6 +330,8 @@ class ProgramSession:
             if self.timed >= self.wanted:
                 self.finished = True
                 self.on_complete(self)
+                if self.recorder is not None:
+                    self.recorder.resume()
                 if self.stop:
                     raise StopProgram()
         return box[0] if box else None

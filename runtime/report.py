@@ -75,6 +75,13 @@ def _row(label: str, text: str) -> str:
     return f"{label:<10} {text}"
 
 
+def hot_row(document: Dict[str, Any], path: str) -> str:
+    """The line naming the measured-hotness file a program run wrote."""
+    step = "one optimizer.step()" if document["step_source"] == "optimizer.step" else "one call of the target"
+    return _row("hot", f"{_relative(path)}: {len(document['functions'])} functions over {document['steps']} steps "
+                       f"(a step: {step})")
+
+
 def _relative(path: Optional[str]) -> str:
     if not path:
         return ""

@@ -38,6 +38,7 @@ class Outcome:
     stack_dump: str = ""
     elapsed_s: float = 0.0
     notes: List[str] = field(default_factory=list)
+    hot: Optional[Dict[str, Any]] = None  # what a program run recorded for .perflsp/hot.json
 
 
 def _kill_group(pid: int, sig: int) -> None:
@@ -52,10 +53,11 @@ def run_job(job: Dict[str, Any], timeout_s: float, on_message: Callable[[Dict[st
     """Run `job` in a watched child; returns what happened. Never raises for the child's faults."""
     folder = tempfile.mkdtemp(prefix="perflsp-job-")
     try:
-        paths = {name: os.path.join(folder, name) for name in ("job.json", "messages.jsonl", "result.json", "stack.txt")}
+        paths = {name: os.path.join(folder, name)
+                 for name in ("job.json", "messages.jsonl", "result.json", "stack.txt", "hot.json")}
         ensure_file(paths["messages.jsonl"])
         job = dict(job, parent_pid=os.getpid(), messages=paths["messages.jsonl"], result=paths["result.json"],
-                   stack_dump=paths["stack.txt"])
+                   stack_dump=paths["stack.txt"], hot_record=paths["hot.json"])
         with open(paths["job.json"], "w", encoding="utf-8") as handle:
             json.dump(job, handle)
         return _watch(paths, timeout_s, on_message, stdout, stop_after_result)
@@ -123,13 +125,19 @@ def _watch(paths: Dict[str, str], timeout_s: float, on_message: Callable[[Dict[s
     outcome.elapsed_s = time.monotonic() - started
     if outcome.exit_code is not None and outcome.exit_code < 0:
         outcome.signal_number = -outcome.exit_code
-    if os.path.exists(paths["result.json"]) and not outcome.timed_out:
-        try:
-            with open(paths["result.json"], encoding="utf-8") as handle:
-                outcome.payload = json.load(handle)
-        except (OSError, ValueError):
-            outcome.payload = None
+    if not outcome.timed_out:
+        outcome.payload = _read_json(paths["result.json"])
+    outcome.hot = _read_json(paths["hot.json"])
     return outcome
+
+
+def _read_json(path: str) -> Optional[Dict[str, Any]]:
+    """What the child wrote there (atomically), or None."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
 
 
 def _stderr_fd() -> Optional[int]:

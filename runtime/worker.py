@@ -375,10 +375,14 @@ def _profile_program(job: Job, target: TargetSpec, base: Dict[str, Any], command
                                                        "stopped_early": stopped_early and stop}))
         written["done"] = True
 
-    ps = program.ProgramSession(job.device, options, job.reporter, stop, complete, probe_device=probe_device if probe else None)
+    recorder = _hot_recorder(d, command)
+    ps = program.ProgramSession(job.device, options, job.reporter, stop, complete,
+                                probe_device=probe_device if probe else None, recorder=recorder)
     program.activate(ps)
     job.reporter.phase("program", command)
     exit_status = None
+    if recorder is not None:
+        recorder.start()
     try:
         program.run_command(command, target, d.get("cwd") or os.getcwd())
     except StopProgram:
@@ -387,6 +391,8 @@ def _profile_program(job: Job, target: TargetSpec, base: Dict[str, Any], command
         exit_status = exc.code
     finally:
         program.activate(None)
+        if recorder is not None:
+            _write_hot(recorder, d["hot_record"])
     if written:
         return EXIT_OK
     if ps.can_report:
@@ -400,6 +406,21 @@ def _profile_program(job: Job, target: TargetSpec, base: Dict[str, Any], command
     return _fail(job, base, "not-called", f"the program {ended} after calling {target.qualname} {ps.calls_seen} "
                  f"times; perflsp needs at least {needed} (warm-up, two profiled calls, one timed call): run "
                  "more steps or lower --warmup")
+
+
+def _hot_recorder(d: Dict[str, Any], command: str) -> Any:
+    """The measured-hotness recorder for a program run, when the supervisor asked for one."""
+    if not d.get("hot_record") or not d.get("workspace"):
+        return None
+    from perflsp.runtime.hot_record import HotRecorder
+
+    return HotRecorder(d["workspace"], command, cwd=d.get("cwd") or os.getcwd())
+
+
+def _write_hot(recorder: Any, path: str) -> None:
+    recorder.stop()
+    if recorder.counts:  # a program that never reached the user's code leaves the last measurement be
+        write_json_atomic(path, recorder.document())
 
 
 def main(job_path: str) -> int:
