@@ -1,8 +1,9 @@
 """Jupyter notebooks: code cells analysed together as one program, findings mapped back to cells.
 
 A loop in one cell that calls a function defined in another makes that function hot, exactly as
-in a script. IPython magics and shell escapes become `pass` so the rest still parses; a cell that
-does not parse is reported on its own and the other cells are still analysed.
+in a script. IPython's own syntax (magics, shell escapes, help) is opaque: each form becomes `pass`
+so the rest still parses, with every row and column where the cell has it; a cell that does not
+parse is reported on its own and the other cells are still analysed.
 """
 from __future__ import annotations
 
@@ -15,7 +16,16 @@ from perflsp.config import Settings
 from perflsp.findings import Edit, Finding, Fix, HotContext, Location
 from perflsp.rules.engine import SYNTAX_ERROR, check_source
 
-_MAGIC = re.compile(r"^(\s*)([%!]|\?\?|\w[\w.]*\?\s*$)")
+# IPython's syntax, where its input transformer (IPython.core.inputtransformer2) looks for it: an
+# escape at the start of a statement (`!` `!!` `%` `%%` `?` `??`, and autocall's `/` `,` `;`), a
+# magic or shell command as an assigned value (`files = !ls`, `t = %time f(x)`), and help after a
+# name at the end of a statement (`x?`, `y = obj.attr??`). Escapes run on over backslash-continued lines.
+_LINE_ESCAPES = frozenset("!%?/,;")
+_ASSIGNED_ESCAPE = re.compile(r"[ \t]*(?:%[A-Za-z_]|!)")
+_HELP_END = re.compile(r"[A-Za-z_*][\w*]*(?:\.[A-Za-z_*][\w*]*)*\?\??[ \t]*$")
+# Cell magics whose body is Python (Ruff's list): only their first line is opaque.
+_PYTHON_CELL_MAGICS = frozenset({"capture", "debug", "prun", "pypy", "python", "python3", "time", "timeit"})
+_BEFORE_OPERATOR_EQUALS = frozenset("=!<>:+-*/%&|^@")
 
 
 class NotebookError(ValueError):
@@ -39,13 +49,113 @@ def read_cells(text: str) -> List[Optional[str]]:
 
 
 def _neutralise(source: str) -> str:
-    if source.lstrip().startswith("%%"):
-        return "\n" * source.count("\n")  # a cell magic: the cell is not Python
-    lines = []
-    for line in source.split("\n"):
-        match = _MAGIC.match(line)
-        lines.append(f"{match.group(1)}pass" if match else line)
+    """The cell as Python: each IPython form becomes `pass` (`...` as a value), its continuation lines empty."""
+    lines = source.split("\n")
+    first = lines[0].lstrip()
+    if first.startswith("%%"):
+        if _cell_magic(first) not in _PYTHON_CELL_MAGICS:
+            return "\n" * (len(lines) - 1)  # the body is another language (bash, HTML, ...)
+        lines[0] = ""
+    code = _Tokens()
+    start = row = 0  # `start`: the row where the current statement began
+    while row < len(lines):
+        line = lines[row]
+        if code.between_statements():
+            start = row
+            if line.lstrip()[:1] in _LINE_ESCAPES:
+                row = _replace(lines, row, _continued_end(lines, row), _indent(line) + "pass")
+                continue
+        assign = code.scan(line)
+        if start == row and assign is not None and _ASSIGNED_ESCAPE.match(line, assign + 1):
+            code = _Tokens()  # what follows the `=` is a command, not Python to follow
+            row = _replace(lines, row, _continued_end(lines, row), line[:assign + 1] + " ...")
+            continue
+        if code.between_statements() and not code.commented and _HELP_END.search(line):
+            _replace(lines, start, row, _indent(lines[start]) + "pass")
+        row += 1
     return "\n".join(lines)
+
+
+def _cell_magic(first_line: str) -> str:
+    words = first_line[2:].split()
+    return words[0] if words else ""
+
+
+def _indent(line: str) -> str:
+    return line[:len(line) - len(line.lstrip())]
+
+
+def _continued_end(lines: List[str], row: int) -> int:
+    while lines[row].endswith("\\") and row + 1 < len(lines):
+        row += 1
+    return row
+
+
+def _replace(lines: List[str], first: int, last: int, replacement: str) -> int:
+    """Put `replacement` for rows `first..last`, keeping their count; the row after them."""
+    lines[first:last + 1] = [replacement] + [""] * (last - first)
+    return last + 1
+
+
+class _Tokens:
+    """Just enough of Python's tokenizer to tell where statements start, line by line: brackets,
+    strings, comments and backslash continuations (IPython only looks for its syntax there)."""
+
+    def __init__(self) -> None:
+        self.depth = 0  # brackets open
+        self.quote: Optional[str] = None  # the quotes of a string still open at the end of the last line
+        self.continued = False  # the last line ended with a backslash
+        self.commented = False  # the last line ended in a comment
+
+    def between_statements(self) -> bool:
+        return self.depth == 0 and self.quote is None and not self.continued
+
+    def scan(self, line: str) -> Optional[int]:
+        """Follow one line; the column of its first `=` outside brackets (an assignment's), if any."""
+        assign = None
+        self.commented = False
+        at = 0
+        while at < len(line):
+            char = line[at]
+            if self.quote is not None:
+                at = self._past_string(line, at)
+            elif char == "#":
+                self.commented = True
+                break
+            elif char in "'\"":
+                self.quote = line[at:at + 3] if line[at:at + 3] in ('"""', "'''") else char
+                at += len(self.quote)
+            else:
+                if char in "([{":
+                    self.depth += 1
+                elif char in ")]}":
+                    self.depth = max(self.depth - 1, 0)
+                elif char == "=" and self.depth == 0 and assign is None and _is_assignment(line, at):
+                    assign = at
+                at += 1
+        self.continued = line.endswith("\\") and not self.commented
+        if self.quote in ("'", '"') and not self.continued:
+            self.quote = None  # an unterminated string: the parser reports it
+        return assign
+
+    def _past_string(self, line: str, at: int) -> int:
+        """Where the open string ends on this line (its end when it goes on)."""
+        assert self.quote is not None
+        while at < len(line):
+            if line[at] == "\\":
+                at += 2
+            elif line.startswith(self.quote, at):
+                at += len(self.quote)
+                self.quote = None
+                return at
+            else:
+                at += 1
+        return len(line)
+
+
+def _is_assignment(line: str, at: int) -> bool:
+    # `=` alone: not part of `==`, `!=`, `<=`, `:=` nor of an augmented assignment such as `+=`
+    return line[at + 1:at + 2] != "=" and line[at - 1:at] not in _BEFORE_OPERATOR_EQUALS
 
 
 class Program:
