@@ -62,8 +62,14 @@ def results_dir(workspace: os.PathLike | str) -> Path:
 
 
 def result_filename(module: str, qualname: str) -> str:
-    """`<module>.<qualname>.json`, with anything that is not safe in a file name replaced by `_`."""
-    return _UNSAFE_NAME_CHARS.sub("_", f"{module}.{qualname}") + ".json"
+    """`<module>.<qualname>.json`. Anything that is not safe in a file name is replaced by `_`,
+    and then a short digest of the real name is appended (`t.f_-1a2b3c4d.json`), so that two
+    names differing only there (`fé`, `fè`) never share a file."""
+    name = f"{module}.{qualname}"
+    safe = _UNSAFE_NAME_CHARS.sub("_", name)
+    if safe != name:
+        safe += "-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:8]
+    return safe + ".json"
 
 
 def result_path(workspace: os.PathLike | str, module: str, qualname: str) -> Path:

@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--refresh-peaks", action="store_true", help="re-measure the device ceilings first")
     output = profile.add_argument_group("output")
     output.add_argument("--json", metavar="PATH", help="also write the result here ('-': print it instead of the table)")
-    output.add_argument("--plot", metavar="PATH", help="roofline plot: .png/.svg/.pdf (matplotlib) or .html (self-contained)")
+    output.add_argument("--plot", metavar="PATH", help="roofline plot: .png/.svg/.pdf (matplotlib: the plot extra) or "
+                                                        ".html (self-contained)")
     output.add_argument("--top", type=_count(1), default=10, metavar="N",
                         help="source lines to keep in the result (default 10)")
     output.add_argument("--workspace", metavar="DIR", help="where .perflsp/ lives (default: the config file's folder)")
@@ -113,12 +114,15 @@ def _error(message: str) -> int:
 def profile_command(args: argparse.Namespace) -> int:
     from perflsp.config import ConfigError, settings_for
     from perflsp.runtime import analysis, program, report, supervisor
-    from perflsp.runtime.targets import SpecSyntaxError, TargetError, check_exists, parse_target
+    from perflsp.runtime.targets import SpecSyntaxError, TargetError, UsageError, check_exists, parse_target
     from perflsp.runtime.timing import TimingOptions
 
     cwd = Path(args.cwd).resolve() if args.cwd else Path.cwd()
     if not cwd.is_dir():
         return _error(f"--cwd: no such folder: {cwd}")
+    problem = _plot_problem(args.plot) if args.plot else None
+    if problem is not None:  # say so now, not after the whole measurement
+        return _error(problem)
     try:
         target = parse_target(args.target, cwd)
     except SpecSyntaxError as exc:
@@ -148,7 +152,7 @@ def profile_command(args: argparse.Namespace) -> int:
         result = analysis.with_error(base, analysis.error_block("target-not-found", str(exc), phase="import",
                                                                 defined=exc.defined))
         return _finish(args, result, workspace)
-    except program.UsageError as exc:
+    except UsageError as exc:
         return _finish(args, analysis.with_error(base, analysis.error_block("usage", str(exc), phase="start")), workspace)
 
     progress = report.Progress(args.progress)
@@ -181,6 +185,22 @@ def _publish_hot(args: argparse.Namespace, document: Optional[Dict[str, Any]], w
     if args.json != "-":
         print(report.hot_row(document, str(written)))
         sys.stdout.flush()
+
+
+def _plot_problem(path: str) -> Optional[str]:
+    """Why `--plot path` could not be written (None: it can). Images need matplotlib."""
+    suffix = Path(path).suffix.lower()
+    if suffix in (".html", ".htm"):
+        return None
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return (f"--plot {path}: image plots need matplotlib, which {sys.executable} cannot import; install "
+                "the plot extra (pip install 'perflsp[plot]'), or write --plot roofline.html, which needs nothing")
+    if suffix.lstrip(".") not in FigureCanvasBase.get_supported_filetypes():
+        return (f"--plot {path}: matplotlib cannot write {suffix or 'a file without an extension'}; "
+                "use .png, .svg, .pdf or .html")
+    return None
 
 
 def _failed_run(base: Dict[str, Any], outcome: Any, timeout_s: float, target: Any) -> Dict[str, Any]:

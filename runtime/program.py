@@ -30,7 +30,7 @@ import types
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from perflsp.profile_result import find_definition
-from perflsp.runtime.targets import TargetError, TargetSpec
+from perflsp.runtime.targets import TargetError, TargetSpec, UsageError, refuse_unmeasurable
 
 CAPTURE_EXPRESSION = "__import__('perflsp.runtime.program', fromlist=['capture']).capture"
 _KEEP_OUTSIDE = {"staticmethod", "classmethod"}
@@ -38,10 +38,6 @@ _KEEP_OUTSIDE = {"staticmethod", "classmethod"}
 
 class StopProgram(BaseException):
     """Raised out of the target's wrapper to end the program once the measurement is done."""
-
-
-class UsageError(Exception):
-    """A --run command perflsp cannot run."""
 
 
 # --- source rewriting ---------------------------------------------------------------------------
@@ -58,6 +54,7 @@ def add_capture(source: str, filename: str, qualname: str) -> Any:
     node = find_definition(tree, qualname)
     if node is None or isinstance(node, ast.ClassDef):
         raise TargetError(f"{qualname!r} is not a function defined in {filename}")
+    refuse_unmeasurable(node, qualname)
     decorator = ast.parse(CAPTURE_EXPRESSION, mode="eval").body
     position = 0
     for existing in node.decorator_list:

@@ -26,11 +26,11 @@ PHASE_TEXT = {
 class Progress:
     """Renders the child's messages: a one-line bar on a terminal, JSON lines, or nothing."""
 
-    def __init__(self, mode: str, stream: IO[str] = sys.stderr):
+    def __init__(self, mode: str, stream: Optional[IO[str]] = None):
+        self.stream = stream if stream is not None else sys.stderr  # the current one, not the one at import
         if mode == "auto":
-            mode = "bar" if stream.isatty() else "none"
+            mode = "bar" if self.stream.isatty() else "none"
         self.mode = mode
-        self.stream = stream
         self._drawn = False
 
     def __call__(self, message: Dict[str, Any]) -> None:

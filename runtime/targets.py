@@ -30,6 +30,10 @@ class SpecSyntaxError(ValueError):
     """A target string that is neither `file.py:qualname` nor `module:qualname`."""
 
 
+class UsageError(Exception):
+    """A request perflsp cannot carry out: a target it cannot measure, an unusable --run command."""
+
+
 @dataclass(frozen=True)
 class TargetSpec:
     spec: str  # as the user wrote it
@@ -51,6 +55,9 @@ def parse_target(spec: str, cwd: Optional[Path] = None) -> TargetSpec:
     if not all(part.isidentifier() for part in qualname.split(".")):
         raise SpecSyntaxError(f"{qualname!r} is not a qualified name (expected func or Class.method)")
     if path_part.endswith(".py") or os.sep in path_part or "/" in path_part:
+        if not path_part.endswith(".py"):
+            raise SpecSyntaxError(f"{path_part} is not a Python file: a file target is path/to/file.py:func "
+                                  f"(or pkg.module:func for a module on the import path)")
         file = (Path(cwd or os.getcwd()) / path_part).resolve()
         module, root = module_name_for(file)
         return TargetSpec(spec, qualname, file, module, root)
@@ -103,18 +110,52 @@ def not_found_message(target: TargetSpec, where: str, defined: List[str]) -> str
 
 
 def check_exists(target: TargetSpec) -> None:
-    """Cheap checks that need no import: the file exists and (statically) defines the name."""
+    """Cheap checks that need no import: the file exists and (statically) defines the name, as
+    a function whose calls can be measured."""
     if target.file is None:
         return
     if not target.file.is_file():
         raise TargetError(f"no such file: {target.file}")
     try:
-        tree = ast.parse(target.file.read_text(encoding="utf-8"), str(target.file))
+        source = importlib.util.decode_source(target.file.read_bytes())  # honours a coding cookie
+    except (OSError, UnicodeDecodeError, SyntaxError) as exc:
+        raise UsageError(f"cannot read {target.file} as Python source: {exc}") from None
+    try:
+        tree = ast.parse(source, str(target.file))
     except SyntaxError:
         return  # importing it will raise the SyntaxError with the user's line
-    if find_definition(tree, target.qualname) is None:
+    node = find_definition(tree, target.qualname)
+    if node is None:
         defined = defined_names(target.file)
         raise TargetError(not_found_message(target, str(target.file), defined), defined)
+    refuse_unmeasurable(node, target.qualname)
+
+
+def refuse_unmeasurable(node: ast.AST, qualname: str) -> None:
+    """Calling a generator or coroutine function runs none of its body (it only creates the
+    generator or coroutine), so timing the call would report nothing: refuse it."""
+    if isinstance(node, ast.AsyncFunctionDef):
+        kind, made = "an async function", "a coroutine"
+    elif isinstance(node, ast.FunctionDef) and _yields(node):
+        kind, made = "a generator function", "a generator"
+    else:
+        return
+    name = qualname.rpartition(".")[2]
+    raise UsageError(f"{qualname} is {kind}: calling it only creates {made} and runs none of its body, so there "
+                     f"is nothing to measure. Profile the function that consumes it, or add one that does, e.g. "
+                     f"`def run(*args): return list({name}(*args))`")
+
+
+def _yields(function: ast.AST) -> bool:
+    """Whether the function's own body yields (not a nested function's or class's)."""
+    todo = list(ast.iter_child_nodes(function))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def import_target_module(target: TargetSpec) -> Any:

@@ -6,6 +6,7 @@ job folder; the supervisor publishes the result atomically in the workspace.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -17,9 +18,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from perflsp.profile_result import EXIT_OK, exit_code_for, write_json_atomic
 from perflsp.runtime import analysis
 from perflsp.runtime.channel import Reporter
-from perflsp.runtime.program import StopProgram, UsageError
-from perflsp.runtime.targets import (SpecSyntaxError, TargetError, TargetSpec, check_exists, import_target_module,
-                                     parse_target, resolve_attribute, source_file_of)
+from perflsp.runtime.program import StopProgram
+from perflsp.runtime.targets import (SpecSyntaxError, TargetError, TargetSpec, UsageError, check_exists,
+                                     import_target_module, parse_target, resolve_attribute, source_file_of)
 from perflsp.runtime.timing import TimingOptions
 from perflsp.units import byte_count
 
@@ -276,6 +277,7 @@ def _profile(job: Job, target: TargetSpec, base: Dict[str, Any]) -> int:
     reporter.phase("import", target.spec)
     module = import_target_module(target)
     fn = resolve_attribute(module, target)
+    _check_module_target(target, fn, module)
     marker = getattr(fn, "__perflsp_profile__", None)
     if d.get("setup") is not None:
         setup_spec = parse_target(d["setup"], Path(d.get("cwd") or os.getcwd()))
@@ -314,6 +316,16 @@ def _profile(job: Job, target: TargetSpec, base: Dict[str, Any]) -> int:
     result = session.profile_call(call, ctx, session.MeasureOptions(timing=options, top_lines=ctx.top_lines), reporter)
     job.write(result)
     return EXIT_OK
+
+
+def _check_module_target(target: TargetSpec, fn: Any, module: Any) -> None:
+    """A `pkg.mod:func` target's definition is known only once imported: check it as a file
+    target's is checked before the profiling process starts."""
+    if target.file is not None:
+        return
+    source, qualname = source_file_of(fn, module), analysis.code_qualname_of(fn)
+    if source is not None and qualname:
+        check_exists(dataclasses.replace(target, file=source, qualname=qualname))
 
 
 def _has_marker_statically(target: TargetSpec) -> bool:

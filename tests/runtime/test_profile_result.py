@@ -59,7 +59,14 @@ def test_check_reports_missing_keys_and_wrong_version():
 
 def test_result_path_is_module_dot_qualname_and_safe(tmp_path):
     assert pr.result_path(tmp_path, "pkg.mod", "Model.forward") == tmp_path / ".perflsp" / "profiles" / "pkg.mod.Model.forward.json"
-    assert pr.result_filename("a/b", "f<x>") == "a_b.f_x_.json"
+    assert pr.result_filename("a/b", "f<x>").startswith("a_b.f_x_-")
+
+
+def test_result_names_that_needed_replacing_never_collide():
+    names = {pr.result_filename("t", name) for name in ("fé", "fè", "f_", "f<é>")}
+    assert len(names) == 4
+    assert all(n.startswith("t.f_") and n.endswith(".json") and n.isascii() for n in names)
+    assert pr.result_filename("t", "f_") == "t.f_.json"  # names with nothing to replace stay as they are
 
 
 def test_exit_codes_follow_the_documented_table():

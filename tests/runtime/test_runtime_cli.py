@@ -146,3 +146,43 @@ def test_cwd_runs_the_target_in_the_project_from_elsewhere(run_runtime, shadowin
     assert out.returncode == 0, out.stdout + out.stderr
     assert _published(shadowing_project) == ["step.step.json"] and not (outside / ".perflsp").exists()
     assert run_runtime("profile", "src/step.py:step", "--cwd", str(tmp_path / "nowhere")).returncode == 2
+
+
+def test_a_file_target_that_is_not_python_source_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    assert main(["profile", f"{tmp_path / 'passwd'}:root", "--workspace", str(tmp_path)]) == 2
+    assert f"{tmp_path / 'passwd'} is not a Python file" in capsys.readouterr().err
+    (tmp_path / "binary.py").write_bytes(b"\xff\xfe\x00\x01def f(): pass\n")
+    assert main(["profile", f"{tmp_path / 'binary.py'}:f", "--workspace", str(tmp_path)]) == 2
+    assert f"cannot read {tmp_path / 'binary.py'} as Python source" in capsys.readouterr().out
+    assert not (tmp_path / ".perflsp").exists()
+
+
+LAZY = {
+    "generator": "def step(n):\n    for i in range(n):\n        yield i\n",
+    "async function": "async def step(n):\n    return n\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(LAZY))
+def test_a_generator_or_async_function_is_refused_as_a_file_or_module_target(tmp_path, capsys, kind):
+    source = "import perflsp\n\n\ndef make():\n    return (3,)\n\n\n@perflsp.profile(setup=make)\n" + LAZY[kind]
+    (tmp_path / "lazy.py").write_text(source)
+    for spec in (f"{tmp_path / 'lazy.py'}:step", "lazy:step"):  # a module target is checked once imported
+        assert main(["profile", spec, "--cwd", str(tmp_path), "--min-time", "0.05"]) == 2, spec
+        out = capsys.readouterr().out
+        assert f"step is {'a generator function' if kind == 'generator' else 'an async function'}" in out
+        assert "nothing to measure" in out and "list(step(*args))" in out
+    assert not (tmp_path / ".perflsp" / "profiles").exists()
+
+
+def test_an_image_plot_that_cannot_be_written_is_refused_before_measuring(targets_dir, tmp_path, capsys, monkeypatch):
+    target = f"{targets_dir / 'ref_cases.py'}:matmul"
+    assert main(["profile", target, "--plot", str(tmp_path / "r.jpeg2000"), "--workspace", str(tmp_path)]) == 2
+    assert "matplotlib cannot write .jpeg2000" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as in an environment without it
+    monkeypatch.setitem(sys.modules, "matplotlib.backend_bases", None)
+    assert main(["profile", target, "--plot", str(tmp_path / "r.png"), "--workspace", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert "image plots need matplotlib" in error and "pip install 'perflsp[plot]'" in error
+    assert not (tmp_path / ".perflsp").exists()  # nothing was measured

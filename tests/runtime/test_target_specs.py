@@ -124,3 +124,10 @@ def test_user_traceback_hides_the_runtime_frames():
         text = user_traceback(exc)
     assert "in user_code" in text and "KeyError: 'k'" in text
     assert "in timed_calls" not in text and str(Path(timing.__file__)) not in text
+
+
+def test_a_program_run_refuses_a_generator_target_as_it_loads():
+    source = "def step(n):\n    def inner():\n        yield 1\n    return n\n\n\ndef lazy(n):\n    yield from range(n)\n"
+    program.add_capture(source, "m.py", "step")  # only a nested function yields
+    with pytest.raises(program.UsageError, match="lazy is a generator function"):
+        program.add_capture(source, "m.py", "lazy")
