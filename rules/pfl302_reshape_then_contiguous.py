@@ -71,7 +71,7 @@ class ReshapeThenContiguous(Rule):
         "Drop the `.contiguous()`. Where the input may be non-contiguous and a contiguous result "
         "is required, keep it, or say so with `.clone(memory_format=torch.contiguous_format)`."
     )
-    scope = "any"
+    scope = "hot"
     fix_safety = "safe/unsafe"
     valid = [
         "import torch\n\nclass Embed(torch.nn.Module):\n    def forward(self, x):\n"
@@ -93,10 +93,10 @@ class ReshapeThenContiguous(Rule):
             "        b, c, h, w = x.shape\n        return self.proj(x).reshape(b, -1, h * w)\n",
         ),
         Invalid(
-            "import torch\n\ndef zero_state(batch, hidden, device):\n"
+            "import torch\n\n# perflsp: hot\ndef zero_state(batch, hidden, device):\n"
             "    return torch.zeros(2, batch, hidden, device=device).contiguous()\n",
             flagged="torch.zeros(2, batch, hidden, device=device).contiguous()",
-            fixed="import torch\n\ndef zero_state(batch, hidden, device):\n"
+            fixed="import torch\n\n# perflsp: hot\ndef zero_state(batch, hidden, device):\n"
             "    return torch.zeros(2, batch, hidden, device=device)\n",
         ),
     ]

@@ -25,7 +25,7 @@ class ContiguousThenView(Rule):
         "of it can fail), neither of which `.contiguous().view()` allowed."
     )
     how_to_fix = "Replace `x.contiguous().view(shape)` with `x.reshape(shape)`."
-    scope = "any"
+    scope = "hot"
     fix_safety = "unsafe"
     valid = [
         "import torch\n\nx = torch.randn(4, 6)\ny = x.reshape(2, 12)\n",

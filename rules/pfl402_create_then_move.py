@@ -61,31 +61,31 @@ class CreateThenMove(Rule):
         "becomes a leaf that gets its own `.grad` instead of passing gradients back to the CPU tensor)."
     )
     how_to_fix = "Pass the device to the factory: `torch.zeros(n, device=device)`."
-    scope = "any"
+    scope = "hot"
     fix_safety = "safe/unsafe"
     valid = [
         "import torch\n\ndevice = torch.device(\"cuda\")\nmask = torch.ones(8, 8, dtype=torch.bool, device=device)\n",
         # Only the dtype changes.
         "import torch\n\nscale = torch.tensor([0.5, 2.0]).to(torch.float16)\n",
-        "import torch\n\ndef embed(ids, dtype):\n    return torch.arange(ids.shape[-1]).to(dtype)\n",
+        "import torch\n\n# perflsp: hot\ndef embed(ids, dtype):\n    return torch.arange(ids.shape[-1]).to(dtype)\n",
     ]
     invalid = [
         Invalid(
-            "import torch\n\ndef causal_mask(seq_len, device):\n"
+            "import torch\n\n# perflsp: hot\ndef causal_mask(seq_len, device):\n"
             "    return torch.ones(seq_len, seq_len, dtype=torch.bool).to(device).tril()\n",
             flagged="torch.ones(seq_len, seq_len, dtype=torch.bool).to(device)",
-            fixed="import torch\n\ndef causal_mask(seq_len, device):\n"
+            fixed="import torch\n\n# perflsp: hot\ndef causal_mask(seq_len, device):\n"
             "    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()\n",
         ),
         Invalid(
-            "import torch as th\n\npositions = th.arange(512).cuda(non_blocking=True)\n",
+            "import torch as th\n\nfor batch in loader:\n    positions = th.arange(512).cuda(non_blocking=True)\n",
             flagged="th.arange(512).cuda(non_blocking=True)",
-            fixed="import torch as th\n\npositions = th.arange(512, device=\"cuda\")\n",
+            fixed="import torch as th\n\nfor batch in loader:\n    positions = th.arange(512, device=\"cuda\")\n",
         ),
         Invalid(
-            "import torch\n\ndef sample_noise(batch, dim, rank):\n    return torch.randn(batch, dim).to(f\"cuda:{rank}\")\n",
+            "import torch\n\n# perflsp: hot\ndef sample_noise(batch, dim, rank):\n    return torch.randn(batch, dim).to(f\"cuda:{rank}\")\n",
             flagged="torch.randn(batch, dim).to(f\"cuda:{rank}\")",
-            fixed="import torch\n\ndef sample_noise(batch, dim, rank):\n    return torch.randn(batch, dim, device=f\"cuda:{rank}\")\n",
+            fixed="import torch\n\n# perflsp: hot\ndef sample_noise(batch, dim, rank):\n    return torch.randn(batch, dim, device=f\"cuda:{rank}\")\n",
         ),
     ]
 

@@ -72,42 +72,42 @@ class FusableMath(Rule):
         "Use the fused op: `torch.log1p(x)`, `torch.expm1(x)`, `torch.rsqrt(x)`, "
         "`torch.logsumexp(x, dim)` (or the tensor methods of the same names)."
     )
-    scope = "any"
+    scope = "hot"
     fix_safety = "unsafe"
     valid = [
-        "import torch\n\ndef log_partition(scores: torch.Tensor):\n    return torch.logsumexp(scores, dim=-1)\n",
-        "import math\n\ndef softplus(x: float):\n    return math.log(1 + math.exp(x))\n",
-        "import torch\n\ndef log_odds(p: torch.Tensor):\n    return torch.log(p) - torch.log1p(-p)\n",
+        "import torch\n\n# perflsp: hot\ndef log_partition(scores: torch.Tensor):\n    return torch.logsumexp(scores, dim=-1)\n",
+        "import math\n\n# perflsp: hot\ndef softplus(x: float):\n    return math.log(1 + math.exp(x))\n",
+        "import torch\n\n# perflsp: hot\ndef log_odds(p: torch.Tensor):\n    return torch.log(p) - torch.log1p(-p)\n",
     ]
     invalid = [
         Invalid(
-            "import torch\n\ndef log_partition(scores: torch.Tensor):\n    return torch.log(torch.sum(torch.exp(scores), dim=-1))\n",
+            "import torch\n\n# perflsp: hot\ndef log_partition(scores: torch.Tensor):\n    return torch.log(torch.sum(torch.exp(scores), dim=-1))\n",
             flagged="torch.log(torch.sum(torch.exp(scores), dim=-1))",
-            fixed="import torch\n\ndef log_partition(scores: torch.Tensor):\n    return torch.logsumexp(scores, dim=-1)\n",
+            fixed="import torch\n\n# perflsp: hot\ndef log_partition(scores: torch.Tensor):\n    return torch.logsumexp(scores, dim=-1)\n",
         ),
         Invalid(
-            "import torch as th\n\ndef softplus(x: th.Tensor):\n    return th.log(1 + th.exp(x))\n",
+            "import torch as th\n\n# perflsp: hot\ndef softplus(x: th.Tensor):\n    return th.log(1 + th.exp(x))\n",
             flagged="th.log(1 + th.exp(x))",
-            fixed="import torch as th\n\ndef softplus(x: th.Tensor):\n    return th.log1p(th.exp(x))\n",
+            fixed="import torch as th\n\n# perflsp: hot\ndef softplus(x: th.Tensor):\n    return th.log1p(th.exp(x))\n",
         ),
         Invalid(
-            "import torch\n\ndef elu(x: torch.Tensor, alpha: float = 1.0):\n"
+            "import torch\n\n# perflsp: hot\ndef elu(x: torch.Tensor, alpha: float = 1.0):\n"
             "    return torch.where(x > 0, x, alpha * (x.exp() - 1))\n",
             flagged="x.exp() - 1",
-            fixed="import torch\n\ndef elu(x: torch.Tensor, alpha: float = 1.0):\n"
+            fixed="import torch\n\n# perflsp: hot\ndef elu(x: torch.Tensor, alpha: float = 1.0):\n"
             "    return torch.where(x > 0, x, alpha * (x.expm1()))\n",
         ),
         Invalid(
-            "import torch\n\ndef rms_norm(x: torch.Tensor, eps: float = 1e-6):\n"
+            "import torch\n\n# perflsp: hot\ndef rms_norm(x: torch.Tensor, eps: float = 1e-6):\n"
             "    inv_rms = 1 / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)\n    return x * inv_rms\n",
             flagged="1 / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)",
-            fixed="import torch\n\ndef rms_norm(x: torch.Tensor, eps: float = 1e-6):\n"
+            fixed="import torch\n\n# perflsp: hot\ndef rms_norm(x: torch.Tensor, eps: float = 1e-6):\n"
             "    inv_rms = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)\n    return x * inv_rms\n",
         ),
         Invalid(
-            "import torch\n\ndef log_prob(counts: torch.Tensor):\n    return (counts + 1).log()\n",
+            "import torch\n\n# perflsp: hot\ndef log_prob(counts: torch.Tensor):\n    return (counts + 1).log()\n",
             flagged="(counts + 1).log()",
-            fixed="import torch\n\ndef log_prob(counts: torch.Tensor):\n    return counts.log1p()\n",
+            fixed="import torch\n\n# perflsp: hot\ndef log_prob(counts: torch.Tensor):\n    return counts.log1p()\n",
         ),
     ]
 

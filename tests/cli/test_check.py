@@ -19,7 +19,7 @@ LOOP_ITEM = textwrap.dedent(
             print(loss.item())
     """
 )
-VIEW = "import torch\n\n\ndef flat(x):\n    return x.contiguous().view(2, 12)\n"
+VIEW = "import torch\n\n\n# perflsp: hot\ndef flat(x):\n    return x.contiguous().view(2, 12)\n"
 # PFL301, a preview rule, reports the copy: a matmul reads the transposed view as it is.
 SCORES = "import torch\n\n\ndef project(batches, w):\n    for x in batches:\n        yield x @ w.t().contiguous()\n"
 

@@ -34,6 +34,7 @@ def test_contiguous_after_torch_tensor_of_a_tensor_is_not_a_safe_removal():
         """\
         import torch
 
+        # perflsp: hot
         def f(t):
             return torch.tensor([1.0, 2.0]).contiguous(), torch.tensor(t).contiguous()
         """, "PFL302")

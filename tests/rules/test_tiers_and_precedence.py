@@ -87,7 +87,7 @@ def test_the_winner_reports_and_silencing_it_does_not_bring_the_loser_back():
                          "        yield x + torch.zeros(3).to(device)\n"),
     ("PFL107", "PFL401", "import torch\n\ndef f(loader, device):\n    for x in loader:\n"
                          "        yield x * torch.tensor([0.5, 2.0], device=device)\n"),
-    ("PFL302", "PFL303", "import torch\n\ndef f(x, n):\n    return x.clone().contiguous().view(n, -1)\n"),
+    ("PFL302", "PFL303", "import torch\n\n# perflsp: hot\ndef f(x, n):\n    return x.clone().contiguous().view(n, -1)\n"),
 ])
 def test_each_pair_of_the_table_reports_once(winner, loser, source, monkeypatch):
     codes = [code for code, _ in _codes(source)]
