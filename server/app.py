@@ -6,7 +6,8 @@ one do the work: `documents` schedules analyses, `analysis` runs the engine in a
 `convert` speaks LSP positions, `actions` and `hover` answer requests, `configuration` follows
 settings and config files, `workspace` checks the files that are not open, `notebooks` maps cells,
 `projects` keeps each folder's project graph current as files are typed in and change on disk,
-`rpc` answers the requests pygls would leave unanswered, `transport` reads messages off the stream.
+`protocol` puts pygls right where it departs from JSON-RPC and LSP, `transport` reads messages
+off the stream.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from perflsp import __version__
-from perflsp.server import actions, hover, notebooks, profiling, rpc, transport
+from perflsp.server import actions, hover, notebooks, profiling, protocol, transport
 from perflsp.server import log as client_log
 from perflsp.server.analysis import Part, Result, Snapshot
 from perflsp.server.configuration import CONFIG_NAMES, EditorConfig
@@ -43,7 +44,7 @@ PYTHON_SUFFIXES = (".py", ".pyi")
 class PerflspServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("perflsp", __version__, text_document_sync_kind=T.TextDocumentSyncKind.Incremental,
-                         notebook_document_sync=notebooks.SYNC_OPTIONS, protocol_cls=rpc.PerflspProtocol)
+                         notebook_document_sync=notebooks.SYNC_OPTIONS, protocol_cls=protocol.PerflspProtocol)
         self.docs = Documents(self)
         self.config = EditorConfig(self)
         self.scan = WorkspaceScan(self)

@@ -61,18 +61,43 @@ class Encoder:
         return T.Range(start=self.position(lines, start), end=self.position(lines, end))
 
     def location(self, lines: Sequence[str], pos: T.Position) -> Location:
-        """An LSP position as an engine location; a column inside a surrogate pair rounds up."""
+        """An LSP position as an engine location."""
         if pos.line >= len(lines):
             return Location(len(lines) + 1, 0)
-        text = lines[pos.line]
-        if self.encoding == T.PositionEncodingKind.Utf32.value or text.isascii():
-            return Location(pos.line + 1, min(pos.character, len(text)))
+        return Location(pos.line + 1, self.column(lines[pos.line], pos.character))
+
+    def column(self, line: str, units: int) -> int:
+        """The code point `units` client units into `line`: past its end is its end (as LSP says),
+        inside a surrogate pair rounds up."""
+        if self.encoding == T.PositionEncodingKind.Utf32.value or line.isascii():
+            return min(units, len(line))
         count = 0
-        for index, char in enumerate(text):
-            if count >= pos.character:
-                return Location(pos.line + 1, index)
+        for index, char in enumerate(line):
+            if count >= units:
+                return index
             count += self.units(char)
-        return Location(pos.line + 1, len(text))
+        return len(line)
+
+    def offset(self, text: str, pos: T.Position) -> int:
+        """The index in `text` of an LSP position; past the last line is the end of the text."""
+        breaks = _BREAK.finditer(text)
+        start = 0
+        for _ in range(pos.line):
+            found = next(breaks, None)
+            if found is None:
+                return len(text)
+            start = found.end()
+        found = next(breaks, None)
+        return start + self.column(text[start:found.start() if found else len(text)], pos.character)
+
+
+def apply_change(text: str, change: T.TextDocumentContentChangeEvent, enc: Encoder) -> str:
+    """`text` after one of the client's changes, with lines and positions as LSP defines them."""
+    if not isinstance(change, T.TextDocumentContentChangePartial):
+        return change.text
+    start = enc.offset(text, change.range.start)
+    end = max(start, enc.offset(text, change.range.end))
+    return text[:start] + change.text + text[end:]
 
 
 # --- diagnostics -------------------------------------------------------------------------------

@@ -48,6 +48,19 @@ def test_diff_edits_turn_old_into_new(old, new):
     assert len(edits) == 1  # only the changed lines move
 
 
+@pytest.mark.parametrize("text, start, end, expected", [
+    ("a\x0cb\nc", (1, 0), (1, 1), "a\x0cb\nX"),  # a form feed is no line break for LSP
+    ("a\u2028b\rc", (1, 0), (1, 0), "a\u2028b\rXc"),  # U+2028 neither; a lone \r is one
+    ("ab\r\ncd", (0, 1), (1, 1), "aXd"),  # an edit across a \r\n
+    ("abc", (0, 7), (0, 9), "abcX"),  # past the end of the last line: its end
+    ("a\n", (4, 0), (4, 0), "a\nX"),  # past the last line: the end of the text
+    ("😀b", (0, 1), (0, 1), "😀Xb"),  # inside a surrogate pair: rounds up
+])
+def test_changes_are_applied_with_lsp_lines_and_positions(text, start, end, expected):
+    change = T.TextDocumentContentChangePartial(range=T.Range(T.Position(*start), T.Position(*end)), text="X")
+    assert convert.apply_change(text, change, convert.Encoder()) == expected
+
+
 def _finding(row, code="PFL101", hot_row=None, fix=False):
     hot = HotContext("inside `for b in loader` at line 1", Location(hot_row, 0), Location(hot_row, 18)) if hot_row else None
     fix_ = Fix("safe", "fix it", (Edit(Location(row, 4), Location(row, 8), "new"),)) if fix else None

@@ -1,27 +1,34 @@
-"""JSON-RPC answers pygls leaves out: every request gets a response, even a malformed or early one.
+"""pygls' protocol, put right where it departs from JSON-RPC and LSP.
 
-pygls structures each message while it parses the JSON; when a request's params do not fit the
-method's type it raises, its read loop logs the error, and the client waits for an answer forever.
-Here such a request becomes a `Refused` message that is answered with InvalidParams (-32602) and a
-message naming the field and what is wrong with it.
+Every request gets a response, even a malformed or early one. pygls structures each message while
+it parses the JSON; when a request's params do not fit the method's type it raises, its read loop
+logs the error, and the client waits for an answer forever. Here such a request becomes a
+`Refused` message that is answered with InvalidParams (-32602) and a message naming the field and
+what is wrong with it.
 
 The LSP lifecycle, as the specification words it: before `initialize` a request is answered with
 ServerNotInitialized (-32002) and a notification is dropped, except `exit`; after `shutdown` a
 request is answered with InvalidRequest (-32600). pygls would run the handler before `initialize`
 (an internal error with a traceback) and answer nothing after `shutdown`.
+
+Document edits are applied as LSP defines lines and positions (`convert.apply_change`). pygls
+splits lines where `str.splitlines` does, at form feeds and U+2028 too, and puts a position past
+the end of the last line one character short: its copy of the text drifts from the client's.
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Generator, Optional, Sequence, Union
 
 import attrs
 from cattrs.errors import ClassValidationError
 from cattrs.v import format_exception, transform_error
-from lsprotocol.types import EXIT, INITIALIZE, ResponseError
+from lsprotocol import types as T
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidRequest, JsonRpcServerNotInitialized
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import LanguageServerProtocol, lsp_method
 from pygls.protocol.json_rpc import RPCRequest
+
+from perflsp.server.convert import Encoder, apply_change
 
 log = logging.getLogger("perflsp.server")
 
@@ -32,7 +39,7 @@ class Refused:
 
     id: Union[int, str]
     method: str
-    error: ResponseError
+    error: T.ResponseError
     jsonrpc: str = "2.0"
 
 
@@ -57,9 +64,9 @@ class PerflspProtocol(LanguageServerProtocol):
             self._send_response(message.id, error=message.error)
             return
         method = getattr(message, "method", None)  # None: a response to one of our requests
-        refusal = self._out_of_order(method) if method not in (None, EXIT) else None
+        refusal = self._out_of_order(method) if method not in (None, T.EXIT) else None
         if refusal is None:
-            if method == INITIALIZE:
+            if method == T.INITIALIZE:
                 self.initialize_received = True
             super().handle_message(message)
         elif isinstance(message, RPCRequest):
@@ -69,11 +76,44 @@ class PerflspProtocol(LanguageServerProtocol):
 
     def _out_of_order(self, method: str) -> Optional[JsonRpcException]:
         """Why `method` may not run now, or None when it may."""
-        if not self.initialize_received and method != INITIALIZE:
+        if not self.initialize_received and method != T.INITIALIZE:
             return JsonRpcServerNotInitialized(message=f"{method}: the server is not initialized yet")
         if self._shutdown:
             return JsonRpcInvalidRequest(message=f"{method}: the server is shutting down (only exit may follow)")
         return None
+
+    # --- document sync ----------------------------------------------------------------------------
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: T.DidChangeTextDocumentParams) -> Generator[Any, Any, None]:
+        self._apply(params.text_document, params.content_changes)
+        yield from self._server_handler(T.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(T.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def lsp_notebook_document__did_change(self, params: T.DidChangeNotebookDocumentParams) -> Generator[Any, Any, None]:
+        cells = params.change.cells
+        if cells is None or not cells.text_content:
+            self.workspace.update_notebook_document(params)
+        else:  # pygls applies the cells' structure and metadata, the cells' text is applied here
+            self.workspace.update_notebook_document(attrs.evolve(params, change=attrs.evolve(
+                params.change, cells=attrs.evolve(cells, text_content=None))))
+            for content in cells.text_content:
+                self._apply(content.document, content.changes)
+        yield from self._server_handler(T.NOTEBOOK_DOCUMENT_DID_CHANGE, params)
+
+    def _apply(self, document: T.VersionedTextDocumentIdentifier,
+               changes: Sequence[T.TextDocumentContentChangeEvent]) -> None:
+        text = self.workspace.get_text_document(document.uri).source
+        encoder = Encoder(self.workspace.position_encoding)
+        for change in changes:
+            text = apply_change(text, change, encoder)
+        self.workspace.update_text_document(document, T.TextDocumentContentChangeWholeDocument(text=text))
+
+    def _server_handler(self, method: str, params: Any) -> Generator[Any, Any, None]:
+        # pygls' builtin handlers run the server's own handler of the method through their generator.
+        handler = self.fm.features.get(method)
+        if handler is not None:
+            yield handler, (params,), None
 
 
 def _is_request(data: Dict[str, Any]) -> bool:
