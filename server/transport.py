@@ -40,9 +40,14 @@ class Framer:
         """The bodies completed by `data`, in order."""
         self.buffer += data
         bodies = []
-        while (self.length is not None or self._read_headers()) and (body := self._read_body()) is not None:
+        while (body := self._next_body()) is not None:
             bodies.append(body)
         return bodies
+
+    def _next_body(self) -> Optional[bytes]:
+        if self.length is None and not self._read_headers():
+            return None
+        return self._read_body()
 
     def _read_headers(self) -> bool:
         match = _HEADER.search(self.buffer)
