@@ -31,9 +31,11 @@ CONTEXT_LINES = 12
 def extract(git_dir: Path, dest: Path) -> str:
     commit = subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout.strip()
-    archive = subprocess.run(["git", "--git-dir", str(git_dir), "archive", commit], capture_output=True, check=True).stdout
+    # Python files only: snapshots may lack the blobs of large files (notebooks with outputs)
+    archive = subprocess.run(["git", "--git-dir", str(git_dir), "archive", commit, "--", "*.py"],
+                             capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(dest, [m for m in tar.getmembers() if m.isfile() and m.name.endswith((".py", ".ipynb"))])
+        tar.extractall(dest, [m for m in tar.getmembers() if m.isfile()])
     return commit
 
 
