@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -74,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--workspace", metavar="DIR", help="where .perflsp/ lives (default: the config file's folder)")
     output.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto",
                         help="progress on stderr (auto: a bar on a terminal)")
+    output.add_argument("--progress-fd", type=_count(0), metavar="N",
+                        help="write the progress as JSON lines to file descriptor N instead, never mixed with "
+                             "the profiled program's output (for editors)")
 
     peaks = commands.add_parser("peaks", help="measure (and cache) the device's bandwidth and matmul ceilings")
     peaks.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -90,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["_worker"]:  # the profiling process (see supervisor.py); not for users
+        from perflsp.runtime import reaper
+
+        reaper.split(argv[1])  # the reaper stays behind; the worker goes on
         from perflsp.runtime import worker
 
         return worker.main(argv[1])
@@ -113,7 +120,7 @@ def _error(message: str) -> int:
 
 def profile_command(args: argparse.Namespace) -> int:
     from perflsp.config import ConfigError, settings_for
-    from perflsp.runtime import analysis, program, report, supervisor
+    from perflsp.runtime import analysis, program, supervisor
     from perflsp.runtime.targets import SpecSyntaxError, TargetError, UsageError, check_exists, parse_target
     from perflsp.runtime.timing import TimingOptions
 
@@ -155,7 +162,10 @@ def profile_command(args: argparse.Namespace) -> int:
     except UsageError as exc:
         return _finish(args, analysis.with_error(base, analysis.error_block("usage", str(exc), phase="start")), workspace)
 
-    progress = report.Progress(args.progress)
+    try:
+        progress = _progress(args)
+    except OSError as exc:
+        return _error(f"--progress-fd {args.progress_fd}: {exc}")
     job = {
         "command": "profile", "target": args.target, "cwd": str(cwd), "setup": args.setup, "run": run_command,
         "stop_program": not args.no_stop, "warmup": args.warmup, "iters": args.iters, "min_time_s": args.min_time,
@@ -172,6 +182,14 @@ def profile_command(args: argparse.Namespace) -> int:
     code = _finish(args, result, workspace)
     _publish_hot(args, outcome.hot, workspace)
     return code
+
+
+def _progress(args: argparse.Namespace) -> Any:
+    from perflsp.runtime import report
+
+    if args.progress_fd is None:
+        return report.Progress(args.progress)
+    return report.Progress("json", os.fdopen(args.progress_fd, "w", encoding="utf-8"))
 
 
 def _publish_hot(args: argparse.Namespace, document: Optional[Dict[str, Any]], workspace: Path) -> None:

@@ -1,10 +1,15 @@
 """Runs a job in a child process under a watchdog.
 
-The child (`python -m perflsp.runtime _worker JOB`) starts a new session, so it and everything
-it spawns (DataLoader workers, subprocesses) form one process group. On timeout the group gets
-SIGUSR1 first (the child dumps every thread's Python stack: where it hung), then SIGKILL, which
-no code can ignore or outlast, even code stuck inside a C extension. The supervisor imports no
-torch: it stays responsive whatever the child does.
+The child (`python -m perflsp.runtime _worker JOB`) starts a new session and, on Linux, splits
+into a reaper and the worker (`reaper.py`): the reaper owns every process the job starts, even
+those that leave the session, and kills them all when the worker ends, when asked to stop
+(SIGTERM) and when this supervisor dies. On timeout the child gets SIGUSR1 first (the worker
+dumps every thread's Python stack: where it hung), then SIGTERM, and SIGKILL for its process
+group if it has not ended within STOP_WAIT_S. The supervisor imports no torch: it stays
+responsive whatever the child does.
+
+Job folders are named after their supervisor's pid (`perflsp-job-<pid>-*`): a supervisor killed
+with SIGKILL cannot remove its own, so every run first removes those whose supervisor is gone.
 """
 from __future__ import annotations
 
@@ -25,6 +30,8 @@ from perflsp.runtime.channel import Tail, ensure_file
 POLL_S = 0.05
 STACK_DUMP_WAIT_S = 1.0
 STOP_GRACE_S = 5.0  # after a complete result, how long a stopped program may take to exit
+STOP_WAIT_S = 5.0  # after SIGTERM, how long the reaper may take to kill the job's processes
+JOB_PREFIX = "perflsp-job-"
 
 
 @dataclass
@@ -48,10 +55,50 @@ def _kill_group(pid: int, sig: int) -> None:
         pass
 
 
+def _stop(child: subprocess.Popen) -> None:
+    """End the job: the reaper kills every process it owns, then exits; SIGKILL if it does not."""
+    try:
+        child.send_signal(signal.SIGTERM)
+        child.wait(STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def sweep_stale_jobs() -> None:
+    """Remove the job folders of supervisors that are gone (killed before they could)."""
+    root = tempfile.gettempdir()
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for entry in entries:
+        owner = entry.name[len(JOB_PREFIX):].partition("-")[0]
+        if not entry.name.startswith(JOB_PREFIX) or not owner.isdigit() or _alive(int(owner)):
+            continue
+        try:
+            mine = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine:
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def run_job(job: Dict[str, Any], timeout_s: float, on_message: Callable[[Dict[str, Any]], None] = lambda m: None,
             stdout: Any = None, stop_after_result: bool = True) -> Outcome:
     """Run `job` in a watched child; returns what happened. Never raises for the child's faults."""
-    folder = tempfile.mkdtemp(prefix="perflsp-job-")
+    sweep_stale_jobs()
+    folder = tempfile.mkdtemp(prefix=f"{JOB_PREFIX}{os.getpid()}-")
     try:
         paths = {name: os.path.join(folder, name)
                  for name in ("job.json", "messages.jsonl", "result.json", "stack.txt", "hot.json")}
@@ -98,8 +145,7 @@ def _watch(paths: Dict[str, str], timeout_s: float, on_message: Callable[[Dict[s
             if stop_after_result and result_seen_at is not None and now - result_seen_at > STOP_GRACE_S:
                 # The result is complete but the program does not stop (it caught our
                 # StopProgram): the measurement is done, so it is stopped from outside.
-                _kill_group(child.pid, signal.SIGKILL)
-                child.wait()
+                _stop(child)
                 outcome.notes.append("the program kept running after the measurement finished; it was stopped")
                 outcome.exit_code = 0
                 break
@@ -111,16 +157,14 @@ def _watch(paths: Dict[str, str], timeout_s: float, on_message: Callable[[Dict[s
                 else:
                     outcome.timed_out = True
                     outcome.stack_dump = _dump_stacks(child, paths["stack.txt"])
-                _kill_group(child.pid, signal.SIGKILL)
-                child.wait()
+                _stop(child)
                 break
             time.sleep(POLL_S)
     except BaseException:
-        _kill_group(child.pid, signal.SIGKILL)  # Ctrl-C or our own failure: never leave it running
-        child.wait()
+        _stop(child)  # Ctrl-C or our own failure: never leave it running
         raise
     finally:
-        # Whatever the target spawned and left behind goes with it.
+        # Without a reaper (not Linux) the process group is all there is to kill.
         _kill_group(child.pid, signal.SIGKILL)
     outcome.elapsed_s = time.monotonic() - started
     if outcome.exit_code is not None and outcome.exit_code < 0:

@@ -1,8 +1,9 @@
 """The profiling process: runs one job (profile or peaks) that its supervisor wrote to a file.
 
-It is started by `supervisor.py` in a fresh session (process group), so a timeout can kill it
-and anything it spawned, wherever it is stuck. It writes its messages and its result into the
-job folder; the supervisor publishes the result atomically in the workspace.
+It is started by `supervisor.py` in a fresh session, under a reaper that owns every process it
+starts (`reaper.py`), so a timeout can end it and anything it spawned, wherever it is stuck. It
+writes its messages and its result into the job folder; the supervisor publishes the result
+atomically in the workspace.
 """
 from __future__ import annotations
 
@@ -25,21 +26,6 @@ from perflsp.runtime.timing import TimingOptions
 from perflsp.units import byte_count
 
 RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL us if the supervisor dies (the editor closing, say), so a profile
-    never outlives the process that asked for it."""
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            PR_SET_PDEATHSIG = 1
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
 
 
 def install_stack_dump(path: str) -> Any:
@@ -438,7 +424,6 @@ def _write_hot(recorder: Any, path: str) -> None:
 def main(job_path: str) -> int:
     with open(job_path, encoding="utf-8") as handle:
         data = json.load(handle)
-    die_with_parent(int(data["parent_pid"]))
     dump = install_stack_dump(data["stack_dump"]) if data.get("stack_dump") else None
     if data.get("cwd"):
         os.chdir(data["cwd"])

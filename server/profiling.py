@@ -1,12 +1,15 @@
 """"Profile this function": runs the runtime as a subprocess and keeps its results for the editor.
 
 The server never imports the runtime or torch: it spawns `<interpreter> -m perflsp.runtime profile
-<file.py:qualname> --json <tmp> --progress json --workspace <folder> --cwd <folder> ...` from a
+<file.py:qualname> --json <tmp> --progress-fd N --workspace <folder> --cwd <folder> ...` from a
 private temporary folder (never the workspace, whose files must not stand in for perflsp) in its
-own process group, turns the runtime's JSON progress lines (stderr) into `$/progress`, and reads
-the result. Only files inside a workspace folder are profiled: the commands name their file. Cancel
-(the progress's button, or `$/cancelRequest` of the command) interrupts the runtime, which kills
-its profiling process, then kills whatever is left of the process tree.
+own process group, turns the runtime's JSON progress lines into `$/progress`, and reads the
+result. The progress comes through a pipe of its own (fd N): the profiled code's output goes to
+stdout and stderr, which are only kept as a tail for error messages, so nothing the user's code
+prints (however long a line, however much like an event) is taken for progress. Only files
+inside a workspace folder are profiled: the commands name their file. Cancel (the progress's
+button, or `$/cancelRequest` of the command) interrupts the runtime, which stops its profiling
+process and everything that started, then kills whatever is left of the process tree.
 
 Results persist where the runtime writes them (`<workspace>/.perflsp/profiles/`), are loaded when a
 file opens and shown while the function's source hash (`perflsp.profile_result`) matches the
@@ -27,11 +30,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
 
 from lsprotocol import types as T
 from pygls.uris import to_fs_path
 
+from perflsp.processes import descendants
 from perflsp.profile_result import ResultError, function_source_sha256, read_result, result_filename, results_dir
 from perflsp.server import profile_view as view
 
@@ -48,6 +52,7 @@ PHASES = {
 PREFLIGHT = ("import importlib.util as u; print(u.find_spec('perflsp') is not None, "
              "u.find_spec('torch') is not None)")
 KILL_GRACE_S = 0.5  # after SIGINT, the runtime's own cleanup gets this long before SIGKILL
+KEPT_LINE_BYTES = 4096  # of each line of the runtime's output, for error messages
 
 
 @dataclass
@@ -85,34 +90,8 @@ def resolve_interpreter(setting: Sequence[str], workspace: Path) -> Tuple[List[s
     return [sys.executable], "the language server's own interpreter"
 
 
-def _descendants(pid: int) -> List[int]:
-    """Every process below `pid` (Linux /proc); the runtime puts its worker in a session of its own."""
-    children: Dict[int, List[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as handle:
-                stat = handle.read()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(name))
-    out: List[int] = []
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def _kill_tree(pid: int) -> None:
-    for target in [pid, *_descendants(pid)]:
+    for target in [pid, *descendants(pid)]:
         try:
             os.killpg(os.getpgid(target), signal.SIGKILL)
         except (ProcessLookupError, PermissionError, OSError):
@@ -391,6 +370,7 @@ class Profiler:
             self.message(T.MessageType.Warning, f"{qualname} has unsaved changes: the saved version is profiled")
         job = Job(path, qualname)
         self.running[key] = job
+        self._cancel_with_request(job)
         try:
             return await self._run(uri, job, editor)
         finally:
@@ -402,7 +382,7 @@ class Profiler:
         proc = job.process
         if proc is None or proc.returncode is not None:
             return
-        tree = _descendants(proc.pid)
+        tree = descendants(proc.pid)
         try:
             os.killpg(proc.pid, signal.SIGINT)  # the runtime kills its profiling process on Ctrl-C
         except (ProcessLookupError, PermissionError):
@@ -415,6 +395,16 @@ class Profiler:
                 _kill_tree(pid)
 
         loop.call_later(KILL_GRACE_S, finish)
+
+    def _cancel_with_request(self, job: Job) -> None:
+        """pygls answers `$/cancelRequest` of a command by cancelling the request's own future, not
+        the task running the command: cancel the run when that future is cancelled."""
+        protocol = self.server.protocol
+        request = getattr(protocol, "_request_futures", {}).get(protocol.msg_id)
+        if request is None:
+            return
+        loop = asyncio.get_running_loop()
+        request.add_done_callback(lambda f: loop.call_soon_threadsafe(self.cancel, job) if f.cancelled() else None)
 
     def cancel(self, job: Job) -> None:
         if not job.cancelled:
@@ -444,8 +434,9 @@ class Profiler:
             self.message(T.MessageType.Error, text)
             return {"status": "error", "kind": "environment", "message": text}
         out = os.path.join(home, "result.json")
+        progress_fd, progress_out = os.pipe()
         command = [*interpreter, "-m", "perflsp.runtime", "profile", f"{job.path}:{job.qualname}", "--json", out,
-                   "--progress", "json", "--workspace", str(workspace), "--cwd", str(workspace)]
+                   "--progress-fd", str(progress_out), "--workspace", str(workspace), "--cwd", str(workspace)]
         if editor.profile_timeout:
             command += ["--timeout", f"{editor.profile_timeout:g}"]
         if editor.profile_min_time:
@@ -456,15 +447,19 @@ class Profiler:
             type=T.MessageType.Info, message=f"perflsp: profiling {job.qualname}: {shlex.join(command)}"))
         token = await self._progress_begin(job)
         started = time.monotonic()
+        progress = os.fdopen(progress_fd, "rb", buffering=0)
         try:
             env = dict(os.environ, PYTHONUNBUFFERED="1")
-            job.process = await asyncio.create_subprocess_exec(
-                *command, cwd=home, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True, env=env)
+            try:
+                job.process = await asyncio.create_subprocess_exec(
+                    *command, cwd=home, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE, start_new_session=True, env=env, pass_fds=(progress_out,))
+            finally:
+                os.close(progress_out)  # the runtime holds it now: its end is the pipe's end
             if job.cancelled:  # Cancel pressed while it started
                 self._kill(job)
             stdout_task = asyncio.ensure_future(job.process.stdout.read())
-            await self._follow(job, token)
+            await asyncio.gather(self._follow(job, token, progress), self._keep_stderr(job))
             # The runtime enforces its own timeout; this only guards against a runtime that hangs.
             limit = (editor.profile_timeout or 300.0) + 60.0
             try:
@@ -485,10 +480,12 @@ class Profiler:
             self._progress_end(token, "failed")
             self.message(T.MessageType.Error, text)
             return {"status": "error", "kind": "environment", "message": text}
-        except BaseException:  # $/cancelRequest (CancelledError) or a bug: never leave the run behind
+        except BaseException:  # the server shutting down (CancelledError) or a bug: never leave the run behind
             job.cancelled = True
             self._progress_end(token, "cancelled")
             raise
+        finally:
+            progress.close()
 
     async def _preflight(self, interpreter: List[str], home: str) -> Optional[str]:
         """What keeps `interpreter` from profiling (no perflsp, no torch), seen from where the runtime starts."""
@@ -508,32 +505,39 @@ class Profiler:
             return "torch is not installed"
         return None
 
-    async def _follow(self, job: Job, token: Optional[str]) -> None:
+    async def _follow(self, job: Job, token: Optional[str], progress: Any) -> None:
+        """The runtime's progress events (its pipe carries nothing else) as `$/progress` reports."""
+        reader = asyncio.StreamReader()
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), progress)
+        try:
+            async for raw in _lines(reader):
+                try:
+                    event = json.loads(raw)
+                except ValueError:
+                    continue
+                if token is not None and isinstance(event, dict):
+                    self._report(token, event)
+        finally:
+            transport.close()
+
+    def _report(self, token: str, event: Dict[str, Any]) -> None:
+        phase = PHASES.get(event.get("phase", ""), event.get("phase", ""))
+        if event.get("event") == "phase":
+            detail = event.get("detail")
+            self._progress_report(token, phase + (f" ({detail})" if detail else ""), None)
+        elif event.get("event") == "progress":
+            done, total, fraction = event.get("done"), event.get("total"), event.get("fraction")
+            count = f"{done}/{total}" if total else f"{done}"
+            percent = int(min(max(fraction, 0.0), 1.0) * 100) if isinstance(fraction, (int, float)) else None
+            self._progress_report(token, f"{phase}: {count} {event.get('unit', '')}".rstrip(), percent)
+
+    async def _keep_stderr(self, job: Job) -> None:
+        """The last lines of the runtime's stderr (the program's output, the runtime's messages)."""
         assert job.process is not None and job.process.stderr is not None
-        while True:
-            raw = await job.process.stderr.readline()
-            if not raw:
-                return
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            try:
-                event = json.loads(line) if line.startswith("{") else None
-            except ValueError:
-                event = None
-            if not isinstance(event, dict) or "event" not in event:
-                job.stderr.append(line)
-                del job.stderr[:-200]
-                continue
-            if token is None:
-                continue
-            phase = PHASES.get(event.get("phase", ""), event.get("phase", ""))
-            if event["event"] == "phase":
-                detail = event.get("detail")
-                self._progress_report(token, phase + (f" ({detail})" if detail else ""), None)
-            elif event["event"] == "progress":
-                done, total, fraction = event.get("done"), event.get("total"), event.get("fraction")
-                count = f"{done}/{total}" if total else f"{done}"
-                percent = int(min(max(fraction, 0.0), 1.0) * 100) if isinstance(fraction, (int, float)) else None
-                self._progress_report(token, f"{phase}: {count} {event.get('unit', '')}".rstrip(), percent)
+        async for raw in _lines(job.process.stderr):
+            job.stderr.append(raw.decode("utf-8", "replace"))
+            del job.stderr[:-200]
 
     def _finish(self, uri: str, job: Job, code: int, out: str, stdout: str, shown: str, origin: str,
                 token: Optional[str], elapsed: float) -> Dict[str, Any]:
@@ -615,6 +619,28 @@ class Profiler:
             job.cancelled = True
             if job.process is not None and job.process.returncode is None:
                 _kill_tree(job.process.pid)
+
+
+async def _lines(stream: asyncio.StreamReader, keep: int = KEPT_LINE_BYTES) -> AsyncIterator[bytes]:
+    """The stream's lines, each cut to `keep` bytes: a line of any length is read through
+    (`StreamReader.readline` fails on one longer than its 64 KiB limit)."""
+    pending, overlong = b"", False
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            if pending:
+                yield pending
+            return
+        *complete, rest = chunk.split(b"\n")
+        for part in complete:
+            if not overlong:
+                yield (pending + part)[:keep]
+            pending, overlong = b"", False
+        if not overlong:
+            pending += rest
+            if len(pending) > keep:
+                yield pending[:keep]
+                pending, overlong = b"", True
 
 
 def plot_path(workspace: Path, path: str, qualname: str) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ import time
 import pytest
 
 from perflsp import profile_result
+from perflsp.processes import descendants
 from perflsp.runtime.cli import main
 
 
@@ -186,3 +188,53 @@ def test_an_image_plot_that_cannot_be_written_is_refused_before_measuring(target
     error = capsys.readouterr().err
     assert "image plots need matplotlib" in error and "pip install 'perflsp[plot]'" in error
     assert not (tmp_path / ".perflsp").exists()  # nothing was measured
+
+
+def _all_dead(pids, within_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not any(_alive(pid) for pid in pids)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="checks processes through /proc")
+def test_children_in_sessions_of_their_own_do_not_outlive_the_profile(run_runtime, targets_dir, tmp_path):
+    pidfile = tmp_path / "children.pid"
+    out = run_runtime("profile", f"{targets_dir / 'faults.py'}:leaves_session_children", "--min-time", "0.05",
+                      "--workspace", str(tmp_path), env={"PERFLSP_TEST_PIDFILE": str(pidfile)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    children = [int(pid) for pid in pidfile.read_text().split()]
+    assert len(children) == 3 and _all_dead(children), "children started with start_new_session survived the profile"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="checks processes through /proc")
+def test_kill_9_of_the_supervisor_takes_the_workers_children_and_a_later_run_sweeps_its_folder(
+        peaks_cache, targets_dir, tmp_path):
+    pidfile, temp = tmp_path / "children.pid", tmp_path / "tmp"
+    temp.mkdir()
+    env = dict(os.environ, PERFLSP_CACHE_DIR=str(peaks_cache), PERFLSP_TEST_PIDFILE=str(pidfile), TMPDIR=str(temp))
+    supervisor = subprocess.Popen([sys.executable, "-m", "perflsp.runtime", "profile",
+                                   f"{targets_dir / 'faults.py'}:hangs_with_session_children", "--timeout", "120",
+                                   "--workspace", str(tmp_path)], env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidfile.exists() and len(pidfile.read_text().split()) == 3) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pidfile.exists(), "the target never started"
+        tree = descendants(supervisor.pid)
+        assert len(tree) >= 4  # the profiling process(es) and the three children
+        os.kill(supervisor.pid, signal.SIGKILL)
+        supervisor.wait()
+        assert _all_dead(tree), "processes of the profile outlived its supervisor"
+    finally:
+        for pid in [int(p) for p in pidfile.read_text().split()] if pidfile.exists() else []:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert [p.name for p in temp.iterdir() if p.name.startswith("perflsp-job-")]  # nobody could remove it
+    out = subprocess.run([sys.executable, "-m", "perflsp.runtime", "peaks", "--cached"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert not [p.name for p in temp.iterdir() if p.name.startswith("perflsp-job-")]

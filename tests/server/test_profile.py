@@ -290,6 +290,68 @@ async def test_cancel_kills_the_run_within_2s_and_a_second_request_is_refused(st
     assert isinstance(session.client.progress_reports[token][-1], T.WorkDoneProgressEnd)
 
 
+# Output the profiled code prints: lines longer than asyncio's 64 KiB line limit, and lines that
+# look like the runtime's progress events.
+NOISY = """\
+import sys
+
+import torch
+import perflsp
+
+
+def make():
+    print("x" * 100_000)
+    print('{"event": "phase", "phase": 5}')
+    print('{"event": "progress", "phase": "timing", "done": "all", "fraction": "half"}', file=sys.stderr)
+    print("y" * 100_000, file=sys.stderr)
+    return (torch.randn(8, 8),)
+
+
+@perflsp.profile(setup=make)
+def step(a):
+    return a @ a
+"""
+
+
+async def test_the_programs_output_never_mixes_with_the_runtimes_progress(start):
+    session = await start(NEOVIM, init_options={"settings": FAST})
+    uri = session.open("noisy.py", NOISY)
+    reply = await profile(session, uri, "step")
+    assert reply["status"] == "ok", reply
+    [reports] = [r for r in session.client.progress_reports.values() if r and getattr(r[0], "title", "") == "Profiling step"]
+    messages = [r.message or "" for r in reports if isinstance(r, T.WorkDoneProgressReport)]
+    assert any("timing" in m for m in messages)
+    assert not any(m == "5" or ": all" in m for m in messages)  # the program's lookalike events are not progress
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+async def test_cancel_request_kills_the_run_within_2s(start):
+    """`$/cancelRequest` of the command, not the progress's Cancel button: the same end."""
+    session = await start(NEOVIM, init_options={"settings": FAST})
+    uri = session.open("kernels.py", KERNELS)
+    server_pid = session.client._server.pid
+    request = asyncio.ensure_future(session.client.protocol.send_request_async(
+        T.WORKSPACE_EXECUTE_COMMAND, T.ExecuteCommandParams(command="perflsp.profileFunction", arguments=[uri, "slow"]),
+        msg_id="profile-slow"))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until the user's function is running (warm-up)
+        reports = [r for rs in session.client.progress_reports.values() for r in rs]
+        if any("warming up" in (getattr(r, "message", "") or "") for r in reports):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("the run never reached the warm-up")
+    tree = _tree(server_pid)
+    assert any("_worker" in Path(f"/proc/{p}/cmdline").read_text() for p in tree if _alive(p))
+    cancelled_at = time.monotonic()
+    session.client.protocol.notify(T.CANCEL_REQUEST, T.CancelParams(id="profile-slow"))
+    with pytest.raises(Exception, match="cancel"):
+        await asyncio.wait_for(request, timeout=10)
+    while any(_alive(p) for p in tree) and time.monotonic() - cancelled_at < 2.0:
+        await asyncio.sleep(0.05)
+    assert not [p for p in tree if _alive(p)], "the profiling processes outlived the cancel by 2 s"
+
+
 def test_a_relative_interpreter_setting_is_the_workspaces(tmp_path):
     """The runtime starts outside the workspace, so `.venv/bin/python` must be anchored in it."""
     from perflsp.server.profiling import resolve_interpreter

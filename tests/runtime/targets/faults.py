@@ -41,3 +41,24 @@ def marker_without_setup(x):
 
 def plain(x):
     return x * 2
+
+
+def _spawn_sessions(count):
+    """Children in sessions of their own (as some launchers start them): no process group kill reaches them."""
+    pids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True).pid
+            for _ in range(count)]
+    with open(os.environ["PERFLSP_TEST_PIDFILE"], "w") as handle:
+        handle.write(" ".join(map(str, pids)))
+
+
+@perflsp.profile(setup=one_tensor, warmup=1, iters=3)
+def leaves_session_children(x):
+    if not os.path.exists(os.environ["PERFLSP_TEST_PIDFILE"]):
+        _spawn_sessions(3)
+    return x * 2
+
+
+@perflsp.profile(setup=one_tensor)
+def hangs_with_session_children(x):
+    _spawn_sessions(3)
+    ctypes.CDLL(None).sleep(600)
