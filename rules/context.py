@@ -302,9 +302,9 @@ class ModuleContext:
         function = binding.frame.function
         if function is None or name in ("self", "cls") or name in _INDEX_LIKE or name.endswith("_idx"):
             return None
-        if param.star:
-            return None
-        if param.default is not None and not (isinstance(param.default, cst.Name) and param.default.value == "None"):
+        # Required inputs of a `forward` / `*_step` are tensors by convention; optional ones
+        # (`mask=None`, `reduction_override=None`) are as often strings, lists or flags.
+        if param.star or param.default is not None:
             return None
         if (function.name == "forward" or function.name.endswith("_step")) and not _is_autograd_function(function):
             return TENSOR

@@ -83,7 +83,8 @@ COLD_FUNCTIONS = frozenset(
     _reset_parameters init_weights _init_weights initialize_weights _initialize_weights setup
     prepare_data process download _download load_state_dict _load_from_state_dict load_checkpoint
     _load_checkpoint load_pretrained from_pretrained save_pretrained save_checkpoint state_dict
-    configure_optimizers configure_model parse_args add_argparse_args set_timesteps""".split()
+    configure_optimizers configure_model parse_args add_argparse_args set_timesteps merge _merge unmerge _unmerge
+    merge_adapter unmerge_adapter merge_and_unload unload fuse unfuse""".split()
 )
 COLD_PREFIXES = ("load_", "_load_", "save_", "_save_", "build_", "_build_", "init_", "_init_", "setup_",
                  "_setup_", "set_", "prepare_", "download_", "convert_", "plot", "_plot")

@@ -33,7 +33,7 @@ import logging
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
 
 from perflsp.hot_file import HOT_VERSION, MIN_STEPS, STEP_SOURCES, hot_path
 
@@ -131,3 +131,24 @@ def _text(block: Dict[str, Any], name: str) -> Optional[str]:
 def _key(path: Union[str, PurePath], qualname: str) -> Key:
     relative = posixpath.normpath(PurePath(path).as_posix())
     return relative, qualname.replace(".<locals>", "")
+
+
+Verdict = Tuple[bool, Optional[str]]  # (per step?, the hot reason when it is)
+
+
+def verdicts_for(roots: Iterable[Path]) -> Optional[Callable[[str, str], Optional[Verdict]]]:
+    """The recorded runs of these workspace roots as one lookup: for a file (any path under one of
+    the roots) and a qualified name, the run's verdict, or None where no run says anything."""
+    runs = [(root.resolve(), found) for root in {Path(r) for r in roots} if (found := load_measured(root)) is not None]
+    if not runs:
+        return None
+
+    def verdict(path: str, qualname: str) -> Optional[Verdict]:
+        resolved = Path(path).resolve()
+        for root, run in runs:
+            if root in resolved.parents:
+                hot = run.is_hot(resolved.relative_to(root), qualname)
+                return None if hot is None else (hot, run.reason(resolved.relative_to(root), qualname))
+        return None
+
+    return verdict

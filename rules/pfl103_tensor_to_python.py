@@ -40,6 +40,12 @@ class TensorToPython(Rule):
         "(`dim_size=`) instead of reading them with `int(index.max()) + 1`."
     )
     scope = "hot"
+    preview = True
+    preview_reason = (
+        "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
+        "bench/realworld/) it was right 2 times in 4 decided findings: Python values taken for "
+        "tensors and checks on CPU parameters remain."
+    )
     valid = [
         # Tensors made on the CPU: reading them waits for no GPU.
         "import torch\n\n\ndef sample_batch_sizes(sizes, steps):\n"

@@ -54,6 +54,12 @@ class DataDependentShape(Rule):
         "`x.masked_scatter_(mask, t)` instead of `x[mask] = t`."
     )
     scope = "hot"
+    preview = True
+    preview_reason = (
+        "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
+        "bench/realworld/) it was right 2 times in 7 decided findings: many data-dependent shapes "
+        "are the function's contract (variable-length matches, per-image box lists)."
+    )
     valid = [
         "import torch\n\n\ndef masked_mean_loss(model, loader, opt):\n"
         "    for x, y, mask in loader:\n"

@@ -34,6 +34,12 @@ class PylistToDevice(Rule):
         "(`torch.empty(n, pin_memory=True)`), then `torch.as_tensor(buffer).to(device, non_blocking=True)`."
     )
     scope = "hot"
+    preview = True
+    preview_reason = (
+        "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
+        "bench/realworld/) none of 4 decided findings was a real cost (10 more were judged "
+        "minor): the lists are a handful of numbers."
+    )
     valid = [
         "import torch\n\n\ndef train(model, loader, opt, device):\n"
         "    class_weights = torch.tensor([1.0, 4.0, 2.5], device=device)\n"
@@ -82,7 +88,7 @@ class PylistToDevice(Rule):
             flagged="torch.tensor([len(seq) for seq in batch[\"tokens\"]], device=\"cuda\")",
         ),
         Invalid(
-            "import torch\n\ndevice = torch.device(\"cuda\")\n\n\n@torch.no_grad()\ndef evaluate(model, dataset, vocab):\n"
+            "import torch\n\ndevice = torch.device(\"cuda\")\n\n\n# perflsp: hot\n@torch.no_grad()\ndef evaluate(model, dataset, vocab):\n"
             "    for sample in dataset:\n"
             "        ids = []\n"
             "        for token in sample[\"text\"].split():\n"

@@ -62,6 +62,12 @@ class Float64OnDevice(Rule):
         "CPU (`.cpu().double()`)."
     )
     scope = "any"
+    preview = True
+    preview_reason = (
+        "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
+        "bench/realworld/) none of 8 decided findings was a real cost: float64 there was "
+        "deliberate, on tiny tensors, or in one-off statistics."
+    )
     valid = [
         "import torch\n\nmodel = torch.nn.Linear(16, 4).cuda()\nx = torch.randn(8, 16, device=\"cuda\")\ny = model(x)\n",
         # Precise metrics computed on the host.

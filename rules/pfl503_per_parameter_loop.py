@@ -113,7 +113,7 @@ class PerParameterLoop(Rule):
     ]
     invalid = [
         Invalid(
-            "import torch\n\n@torch.no_grad()\ndef update_ema(ema_model, model, decay=0.999):\n"
+            "import torch\n\n# perflsp: hot\n@torch.no_grad()\ndef update_ema(ema_model, model, decay=0.999):\n"
             "    for ema_p, p in zip(ema_model.parameters(), model.parameters()):\n"
             "        ema_p.mul_(decay).add_(p, alpha=1 - decay)\n",
             flagged="zip(ema_model.parameters(), model.parameters())",
@@ -129,7 +129,7 @@ class PerParameterLoop(Rule):
             flagged="group[\"params\"]",
         ),
         Invalid(
-            "import torch\n\ndef grad_norm(model):\n    total = 0.0\n    for p in model.parameters():\n"
+            "import torch\n\n# perflsp: hot\ndef grad_norm(model):\n    total = 0.0\n    for p in model.parameters():\n"
             "        if p.grad is not None:\n            total += p.grad.norm() ** 2\n    return total ** 0.5\n",
             flagged="model.parameters()",
         ),

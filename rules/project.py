@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from perflsp.rules import summary as S
+from perflsp.rules.measured import Verdict
 from perflsp.rules.hot_table import ENTRY_POINTS, RARE_METHODS, TORCH_NN, EntryPoint
 
 STEP, COLD = "step", "cold"
@@ -48,7 +49,8 @@ def module_name(path: Path, _memo: Dict[Path, Tuple[str, ...]] = {}) -> Tuple[st
 class Project:
     """Per-step and cold status of every function in a set of summaries."""
 
-    def __init__(self, files: Iterable[Tuple[str, Dict[str, Any]]], hot_functions: Sequence[str] = ()):
+    def __init__(self, files: Iterable[Tuple[str, Dict[str, Any]]], hot_functions: Sequence[str] = (),
+                 measured: Optional[Callable[[str, str], Optional[Verdict]]] = None):
         self.functions: Dict[str, Dict[str, Any]] = {}
         self.classes: Dict[str, List[str]] = {}
         self.imports: Dict[str, Dict[str, str]] = {}  # module -> its import aliases (re-exports)
@@ -65,18 +67,20 @@ class Project:
                 self.functions[function["key"]] = {**function, "module": module}
             for key, info in summary["classes"].items():
                 self.classes[key] = info["bases"]
-            calls.extend((caller, ref, row, site, module) for caller, ref, row, site in summary["calls"])
+            calls.extend((caller, ref, row, site, conditional) for caller, ref, row, site, conditional in summary["calls"])
         self._resolved: Dict[str, List[str]] = {}  # the same reference is called from many places
         self._mros: Dict[str, List[str]] = {}
         self.subclasses: Dict[str, List[str]] = {}
         for key in self.classes:
             for base in self._bases(key):
                 self.subclasses.setdefault(base, []).append(key)
-        self.edges: Dict[str, List[Tuple[str, int, str]]] = {}  # caller -> [(callee, row, site)]
-        for caller, ref, row, site, module in calls:
+        # caller -> [(callee, row, site, conditional)]
+        self.edges: Dict[str, List[Tuple[str, int, str, bool]]] = {}
+        for caller, ref, row, site, conditional in calls:
             for callee in self.resolve(ref):
-                self.edges.setdefault(caller, []).append((callee, row, site))
+                self.edges.setdefault(caller, []).append((callee, row, site, conditional))
         self.status: Dict[str, Tuple[str, Any]] = {}
+        self._measured = self._measured_verdicts(measured) if measured else {}
         self._mark_per_step(hot_functions)
         self._mark_cold()
 
@@ -168,9 +172,22 @@ class Project:
 
     # -- per-step and cold ----------------------------------------------------------------------------
 
+    def _measured_verdicts(self, measured: Callable[[str, str], Optional[Verdict]]) -> Dict[str, Verdict]:
+        """What a recorded run (`.perflsp/hot.json`) says of each function: the strongest evidence."""
+        found = {}
+        for key, function in self.functions.items():
+            path = self.paths.get(function["module"])
+            verdict = measured(path, self.label(key)) if path else None
+            if verdict is not None:
+                found[key] = verdict
+        return found
+
     def _entry(self, function: Dict[str, Any], hot_functions: Sequence[str]) -> Optional[str]:
         if function["module"] in self.tests:
             return None
+        measured = self._measured.get(function["key"])
+        if measured is not None:
+            return measured[1] if measured[0] else None
         if function["marker"]:
             return f"which is marked `{function['marker']}`"
         name, cls = function["name"], function["cls"]
@@ -199,8 +216,8 @@ class Project:
         for caller, edges in self.edges.items():
             if self._module_of(caller) in self.tests:
                 continue
-            for callee, row, site in edges:
-                if site == S.STEP and callee not in self.status:
+            for callee, row, site, conditional in edges:
+                if site == S.STEP and callee not in self.status and self._passes(callee, conditional):
                     self.status[callee] = (STEP, ("step-loop", caller, row))
                     queue.append(callee)
         children: Dict[str, List[str]] = {}
@@ -209,14 +226,23 @@ class Project:
                 children.setdefault(function["parent"], []).append(key)
         while queue:
             key = queue.popleft()
-            for callee, row, site in self.edges.get(key, ()):
-                if site != S.COLD and callee not in self.status:
+            for callee, row, site, conditional in self.edges.get(key, ()):
+                if site != S.COLD and callee not in self.status and self._passes(callee, conditional):
                     self.status[callee] = (STEP, ("called", key, row))
                     queue.append(callee)
             for child in children.get(key, ()):
                 if child not in self.status:
                     self.status[child] = (STEP, ("nested", key, self.functions[child]["start"]))
                     queue.append(child)
+
+    def _passes(self, callee: str, conditional: bool) -> bool:
+        """Per-step evidence beats a cold name only when the call runs every time: `self.unmerge()`
+        under `if self.merged:` in a `forward` runs once, not per step. A recorded run that saw the
+        callee called, but not per step, beats both."""
+        measured = self._measured.get(callee)
+        if measured is not None:
+            return measured[0]
+        return not (conditional and self.functions[callee]["cold"])
 
     def _mark_cold(self) -> None:
         """Cold by name or test file, then: every known caller is cold (a worklist with counts,
@@ -227,6 +253,8 @@ class Project:
                 continue
             if function["module"] in self.tests:
                 self.status[key] = (COLD, "test code")
+            elif key in self._measured:
+                self.status[key] = (COLD, "measured: called, but not on every step")
             elif self._rare(function):
                 self.status[key] = (COLD, self._rare(function))
             elif function["parent"] and self.status.get(function["parent"], ("",))[0] == COLD:
@@ -238,7 +266,7 @@ class Project:
         waiting: Dict[str, List[str]] = {}
         for caller, edges in self.edges.items():
             module_level = caller.endswith("." + S.MODULE_LEVEL)
-            for callee, _, site in edges:
+            for callee, _, site, _ in edges:
                 if callee in self.status:
                     continue
                 if site == S.COLD or (module_level and site == S.PLAIN):
@@ -313,6 +341,13 @@ class Project:
             hops = hops[:_MAX_CHAIN - 1] + ["…"]
         return ", ".join([*hops, tail]) if hops else tail
 
+    def _call_row(self, key: str, module: str) -> Optional[int]:
+        """The row of the call in `module` that makes `key` per step: what an editor points at."""
+        how = self.status[key][1]
+        if how[0] in ("called", "step-loop") and self._module_of(how[1]) == module:
+            return how[2]
+        return None
+
     def facts(self, module: str, summary: Dict[str, Any], label: Callable[[int], str] = _line) -> Dict[str, Any]:
         """What the engine needs about one file: its summary and its functions' status."""
         functions: Dict[str, List[str]] = {}
@@ -322,7 +357,7 @@ class Project:
             if state is None:
                 continue
             if state[0] == STEP:
-                functions[key] = [STEP, self.explain(key, label) or "runs on every step"]
+                functions[key] = [STEP, self.explain(key, label) or "runs on every step", self._call_row(key, module)]
             else:
                 functions[key] = [COLD, state[1]]
         return {"summary": summary, "functions": functions}

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
+from perflsp.rules.measured import verdicts_for
 from perflsp.rules.project import Project, module_name
 from perflsp.rules.runner import Cache, content_digest, discover, project_hot_functions, read_text
 from perflsp.rules.summary import summarize
@@ -280,7 +281,8 @@ class ProjectIndex:
 
     def _build(self) -> None:
         started = time.perf_counter()
-        self._project = Project(((key, self._files[key][1]) for key in sorted(self._files)), self._hot_functions)
+        self._project = Project(((key, self._files[key][1]) for key in sorted(self._files)), self._hot_functions,
+                                verdicts_for([self.root]))
         self._shape_changed = self._rows_moved = False
         self.builds += 1
         log.debug("perflsp: project graph of %s built in %.0f ms (%d files)", self.root,

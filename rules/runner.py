@@ -295,7 +295,7 @@ def _project_facts(files: Sequence[Path], overrides: Mapping[str, Any], pool: "_
         if cache is not None and summary is not None and digest is not None:
             cache.put(Path(path), digest, summary=summary)
     project = Project(((p, s) for p, (_, s, _) in summaries.items() if s is not None),
-                      project_hot_functions(files, overrides))
+                      project_hot_functions(files, overrides), project_measured(files, overrides))
     return {p: (d, project.facts(s["module"], s) if s is not None else None, e) for p, (d, s, e) in summaries.items()}
 
 
@@ -315,6 +315,14 @@ def project_hot_functions(files: Iterable[Path], overrides: Mapping[str, Any] = 
     """The graph's `hot-functions`: those of every file's settings, so one config names them for all."""
     settings = _SettingsByFolder(overrides)
     return sorted({name for path in files for name in settings(path).hot_functions})
+
+
+def project_measured(files: Iterable[Path], overrides: Mapping[str, Any] = {}):
+    """What the recorded runs (`.perflsp/hot.json` next to each config file) say of functions."""
+    from perflsp.rules.measured import verdicts_for
+
+    settings = _SettingsByFolder(overrides)
+    return verdicts_for({Path(root) for root in {settings(path).root for path in files} if root})
 
 
 class _Pool:

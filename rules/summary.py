@@ -16,7 +16,7 @@ from perflsp.rules.hot_table import (
     STEP_RANGE_BOUND, TEST_FILE,
 )
 
-VERSION = 1  # bump when the shape or meaning of a summary changes (the cache keys on it)
+VERSION = 2  # bump when the shape or meaning of a summary changes (the cache keys on it)
 MODULE_LEVEL = "<module>"
 
 # Region kinds, innermost region decides: a step loop makes its body and callees per step, a
@@ -50,13 +50,14 @@ def summarize(source: str, module: str, is_package: bool = False, path: str = ""
 
 
 class _Scope:
-    __slots__ = ("key", "class_key", "locals", "regions")
+    __slots__ = ("key", "class_key", "locals", "regions", "conditions")
 
     def __init__(self, key: str, class_key: Optional[str]):
         self.key = key
         self.class_key = class_key  # the class whose method this is (for `self.m()`)
         self.locals: Dict[str, str] = {}  # nested defs: name -> key
         self.regions: List[Tuple[str, Span]] = []  # enclosing regions, innermost last
+        self.conditions = 0  # enclosing `if`/`except` blocks: calls there may not run every time
 
 
 class _Summarizer:
@@ -77,8 +78,14 @@ class _Summarizer:
         self.block(tree.body, _Scope(f"{self.module}.{MODULE_LEVEL}", None))
 
     def block(self, body: List[ast.stmt], scope: _Scope) -> None:
-        for stmt in body:
+        for index, stmt in enumerate(body):
             self.statement(stmt, scope)
+            if _skips_unless_periodic(stmt) and index + 1 < len(body):
+                # `if step % every != 0: return` guards the rest of the block: it runs every N steps
+                rest = body[index + 1:]
+                span = self.span(rest[0])[:2] + self.span(rest[-1])[2:]
+                self.enter(PERIODIC, span, stmt.lineno, scope, lambda: self.block(rest, scope))
+                return
 
     def statement(self, node: ast.stmt, scope: _Scope) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -93,18 +100,22 @@ class _Summarizer:
             self.region(kind, node, scope, lambda: (self.exprs([node.target], scope), self.block(node.body, scope)))
             self.block(node.orelse, scope)
         elif isinstance(node, ast.While):
-            kind = STEP_LOOP if _is_step_condition(node.test) else LOOP
+            # `while True:` at a script's top level is its main loop
+            forever = isinstance(node.test, ast.Constant) and node.test.value is True and scope.key.endswith(MODULE_LEVEL)
+            kind = STEP_LOOP if forever or _is_step_condition(node.test) else LOOP
             self.region(kind, node, scope, lambda: (self.exprs([node.test], scope), self.block(node.body, scope)))
             self.block(node.orelse, scope)
         elif isinstance(node, ast.If):
             self.exprs([node.test], scope)
             kind = _rare_block(node)
+            scope.conditions += 1
             if kind is None:
                 self.block(node.body, scope)
             else:  # the `if` up to the end of its body: an `else` runs on the other steps
                 span = self.span(node)[:2] + self.span(node.body[-1])[2:]
                 self.enter(kind, span, node.lineno, scope, lambda: self.block(node.body, scope))
             self.block(node.orelse, scope)
+            scope.conditions -= 1
         else:
             nested = [getattr(node, f, None) for f in ("body", "orelse", "finalbody", "handlers", "cases")]
             blocks = [b for b in nested if isinstance(b, list) and b and isinstance(b[0], (ast.stmt, ast.excepthandler))]
@@ -114,9 +125,11 @@ class _Summarizer:
                 for item in items:
                     if isinstance(item, ast.stmt):
                         self.statement(item, scope)
-                    else:  # an except handler or a match case
+                    else:  # an except handler or a match case: runs only sometimes
                         self.exprs([getattr(item, "type", None), getattr(item, "guard", None)], scope)
+                        scope.conditions += 1
                         self.block(item.body, scope)
+                        scope.conditions -= 1
 
     def function(self, node, scope: _Scope) -> None:
         in_class = scope.class_key is not None and scope.key == scope.class_key
@@ -186,11 +199,12 @@ class _Summarizer:
                 if isinstance(node, ast.Call):
                     ref = self.ref(node.func, scope)
                     if ref is not None:
-                        self.out["calls"].append([scope.key, ref, node.lineno, _site(scope.regions)])
+                        self.out["calls"].append([scope.key, ref, node.lineno, _site(scope.regions), scope.conditions > 0])
                 elif isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
                     # the first iterable is evaluated once: the region leaves it out
-                    self.out["regions"].append([COMPREHENSION, *self.span(node), node.lineno, scope.key,
-                                                self.span(node.generators[0].iter)])
+                    first = node.generators[0].iter
+                    kind = STEP_LOOP if _is_step_iterable(first) else COMPREHENSION
+                    self.out["regions"].append([kind, *self.span(node), node.lineno, scope.key, self.span(first)])
 
     def ref(self, func: ast.expr, scope: _Scope) -> Optional[str]:
         """What a called or base-class expression names, as a project-wide reference:
@@ -278,7 +292,8 @@ def _is_step_condition(test: ast.expr) -> bool:
 def _rare_block(node: ast.If) -> Optional[str]:
     """LAZY for `if self.x is None: self.x = ...`, PERIODIC for `if step % every == 0:`."""
     test = node.test
-    if _is_modulo_test(test) and not any(ACCUMULATION.search(n) for n in _names(test)):
+    modulo = _modulo_in(test)
+    if modulo is not None and not any(ACCUMULATION.search(n) for n in _names(modulo)):
         return PERIODIC
     attribute = _none_tested_attribute(test)
     if attribute is not None and _initialises(node.body, attribute):
@@ -286,14 +301,36 @@ def _rare_block(node: ast.If) -> Optional[str]:
     return None
 
 
-def _is_modulo_test(test: ast.expr) -> bool:
+def _skips_unless_periodic(stmt: ast.stmt) -> bool:
+    """`if step % every != 0: return` (or `continue`, or `if step % every: return`)."""
+    if not (isinstance(stmt, ast.If) and not stmt.orelse and len(stmt.body) == 1
+            and isinstance(stmt.body[0], (ast.Return, ast.Continue))):
+        return False
+    test = stmt.test
+    if isinstance(test, ast.BinOp) and isinstance(test.op, ast.Mod):
+        modulo = test
+    elif (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotEq)
+          and isinstance(test.left, ast.BinOp) and isinstance(test.left.op, ast.Mod)
+          and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0):
+        modulo = test.left
+    else:
+        return False
+    return not any(ACCUMULATION.search(n) for n in _names(modulo))
+
+
+def _modulo_in(test: ast.expr) -> Optional[ast.BinOp]:
+    """The `step % every` of `step % every == 0` or `not step % every` (inside an `and`/`or` too);
+    only its own names decide whether it is a gradient-accumulation boundary."""
     if isinstance(test, ast.BoolOp):
-        return any(_is_modulo_test(v) for v in test.values)
+        return next((m for m in map(_modulo_in, test.values) if m is not None), None)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return isinstance(test.operand, ast.BinOp) and isinstance(test.operand.op, ast.Mod)
-    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.BinOp) and isinstance(test.left.op, ast.Mod)
+        operand = test.operand
+        return operand if isinstance(operand, ast.BinOp) and isinstance(operand.op, ast.Mod) else None
+    if (isinstance(test, ast.Compare) and isinstance(test.left, ast.BinOp) and isinstance(test.left.op, ast.Mod)
             and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)
-            and test.comparators[0].value == 0 and isinstance(test.ops[0], ast.Eq))
+            and test.comparators[0].value == 0 and isinstance(test.ops[0], ast.Eq)):
+        return test.left
+    return None
 
 
 def _none_tested_attribute(test: ast.expr) -> Optional[str]:

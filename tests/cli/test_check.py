@@ -30,7 +30,7 @@ def _json(result):
 
 
 def test_examples_show_many_rules(perflsp_cli):
-    result = perflsp_cli("check", ROOT / "examples", "--output-format", "json", "--no-cache")
+    result = perflsp_cli("check", ROOT / "examples", "--output-format", "json", "--no-cache", "--preview")
     assert result.returncode == 1, result.stderr
     codes = {f["code"] for f in json.loads(result.stdout)}
     assert len(codes) >= 15, sorted(codes)
@@ -68,6 +68,7 @@ def test_syntax_error_is_one_finding_and_the_run_goes_on(perflsp_cli, tmp_path):
 def test_select_ignore_and_per_file_ignores(perflsp_cli, tmp_path):
     (tmp_path / "loop.py").write_text(LOOP_ITEM)
     (tmp_path / "view.py").write_text(VIEW)
+    (tmp_path / "perflsp.toml").write_text("preview = true\n")  # PFL303 is a preview rule
     codes = lambda *a: sorted(f["code"] for f in _json(perflsp_cli("check", ".", "--output-format", "json", "--no-cache", *a)))
     assert codes() == ["PFL101", "PFL303"]
     assert codes("--select", "PFL3") == ["PFL303"]
@@ -129,6 +130,7 @@ def test_hot_functions_and_report_cold_config(perflsp_cli, tmp_path):
 def test_fix_diff_and_unsafe(perflsp_cli, tmp_path):
     target = tmp_path / "view.py"
     target.write_text(VIEW)
+    (tmp_path / "perflsp.toml").write_text("preview = true\n")  # PFL303 is a preview rule
     result = perflsp_cli("check", "view.py", "--fix", "--no-cache")
     assert result.returncode == 1 and target.read_text() == VIEW  # PFL303's fix is unsafe
     result = perflsp_cli("check", "view.py", "--diff", "--unsafe-fixes")
@@ -148,7 +150,8 @@ def test_add_noqa_merges_existing_comments(perflsp_cli, tmp_path):
     assert perflsp_cli("check", "loop.py", "--no-cache").returncode == 0, result.stderr
 
 
-def test_stdin(perflsp_cli):
+def test_stdin(perflsp_cli, tmp_path):
+    (tmp_path / "perflsp.toml").write_text("preview = true\n")  # PFL303 is a preview rule
     result = perflsp_cli("check", "-", "--stdin-filename", "train.py", "--output-format", "json", stdin=LOOP_ITEM)
     [finding] = json.loads(result.stdout)
     assert finding["filename"] == "train.py" and result.returncode == 1
@@ -168,7 +171,7 @@ def test_notebook_cells_are_one_program(perflsp_cli, tmp_path):
     (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
     [finding] = _json(perflsp_cli("check", "nb.ipynb", "--output-format", "json", "--no-cache"))
     assert finding["code"] == "PFL101" and finding["cell"] == 1 and finding["location"]["row"] == 3
-    assert finding["hot"]["cell"] == 1 and "called inside a step loop (line 3 of cell 3)" in finding["hot"]["message"]
+    assert finding["hot"]["cell"] == 3 and "called inside a step loop (line 3 of cell 3)" in finding["hot"]["message"]
     concise = perflsp_cli("check", "nb.ipynb", "--output-format", "concise", "--no-cache").stdout
     assert "nb.ipynb:cell_1:3:12: PFL101" in concise
 

@@ -67,7 +67,7 @@ def test_known_dtype(source, dtype):
 
 
 def _findings(source, code):
-    return [f for f in check_source(textwrap.dedent(source), "m.py", Settings()) if f.code == code]
+    return [f for f in check_source(textwrap.dedent(source), "m.py", Settings(preview=True)) if f.code == code]
 
 
 def test_blocking_transfer_claims_host_to_device_and_fixes_only_pinned_sources():
@@ -85,8 +85,8 @@ def test_blocking_transfer_claims_host_to_device_and_fixes_only_pinned_sources()
         """
         import torch
 
-        def train(model, arrays, device):
-            for array in arrays:
+        def train(model, batches, device):
+            for array in batches:
                 model(torch.from_numpy(array).to(device))
         """, "PFL106")
     assert "host-to-device" in made_here[0].message and made_here[0].fix is None
@@ -97,6 +97,7 @@ def test_explicit_synchronize_says_how_often_it_drains_the_queue():
         """
         import torch
 
+        # perflsp: hot
         def fetch(events, params, limit):
             for p in params:
                 if len(events) > limit:

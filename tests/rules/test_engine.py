@@ -14,7 +14,8 @@ from perflsp.rules.notebook import check_cells
 
 
 def _check(source, **settings):
-    return check_source(textwrap.dedent(source), "m.py", Settings(**settings))
+    """Every rule, preview ones included: these tests are about the engine."""
+    return check_source(textwrap.dedent(source), "m.py", Settings(**{"preview": True, **settings}))
 
 
 def _codes(source, **settings):
@@ -80,19 +81,22 @@ def test_markers_comments_and_method_names_make_code_hot():
     assert len(with_config) == 6 and "which `hot-functions` lists (`cold`)" in with_config[5]
 
 
-def test_comprehensions_and_while_tests_are_hot_but_the_first_iterable_is_not():
+def test_comprehensions_and_while_tests_in_per_step_code_are_hot():
     rows = _codes(
         """
         import torch
         x = torch.ones(3, device="cuda")
-        values = [v.item() for v in x]
-        firsts = [c for c in x.cpu()]
-        while x.sum().item() > 0:
-            x -= 1
+
+        # perflsp: hot
+        def step(x):
+            values = [v.item() for v in x]
+            firsts = [c for c in x.cpu()]
+            while x.sum().item() > 0:
+                x -= 1
         """
     )
-    assert ("PFL101", 4) in rows and ("PFL101", 6) in rows
-    assert ("PFL102", 5) not in rows  # `x.cpu()` is evaluated once
+    assert ("PFL101", 7) in rows and ("PFL101", 9) in rows
+    assert ("PFL102", 8) in rows and len([r for r in rows if r[0] == "PFL102"]) == 1  # evaluated once, hot anyway
 
 
 def _ctx(source):
@@ -218,7 +222,7 @@ def test_a_failing_rule_costs_only_that_rule(monkeypatch, caplog):
     monkeypatch.setattr(rule_type, "check", boom)
     registry.enabled_rules.cache_clear()
     try:
-        codes = [f.code for f in check_source(source, "m.py", Settings())]
+        codes = [f.code for f in check_source(source, "m.py", Settings(preview=True))]
     finally:
         registry.enabled_rules.cache_clear()
     assert codes == ["PFL102"]

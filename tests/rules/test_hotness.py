@@ -5,12 +5,14 @@ project graph, then the rules), so imports, packages and re-exports are resolved
 """
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
 
+from perflsp.hot_file import HOT_VERSION
 from perflsp.rules.runner import Cache, check_paths, discover
 
 
@@ -21,7 +23,7 @@ def _project(root: Path, files: Dict[str, str], **overrides) -> List[Tuple[str, 
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
-    results = check_paths(discover([str(root)]), overrides, jobs=1)
+    results = check_paths(discover([str(root)]), {"preview": True, **overrides}, jobs=1)  # every rule: hotness is the subject
     return [(Path(r.path).relative_to(root).as_posix(), f.start.row, f.code, f.hot.message if f.hot else "")
             for r in results for f in r.findings]
 
@@ -185,7 +187,7 @@ def test_periodic_code_is_amortised_but_accumulation_boundaries_stay_hot(tmp_pat
     assert _rows(found) == [("train.py", 9)]  # log_metrics is only called every N steps
 
 
-def test_step_loops_make_callees_per_step_and_plain_loops_only_their_body(tmp_path):
+def test_step_loops_make_callees_per_step_and_other_loops_nothing(tmp_path):
     found = _project(tmp_path, {
         "steps.py": """
             def train_step(batch):
@@ -207,7 +209,7 @@ def test_step_loops_make_callees_per_step_and_plain_loops_only_their_body(tmp_pa
                     train_step(batch)
             """,
     })
-    assert sorted(_rows(found)) == [("main.py", 7), ("steps.py", 3)]
+    assert sorted(_rows(found)) == [("steps.py", 3)]  # `report` is not known to run per step
     hot = dict(((p, r), m) for p, r, c, m in found)
     assert "called inside a step loop (main.py:11)" in hot[("steps.py", 3)]
 
@@ -383,3 +385,93 @@ def test_subclasses_of_any_torch_nn_class_and_model_bases(tmp_path):
                 return x.max().item()
         """})
     assert _rows(found) == [("m.py", 6), ("m.py", 14)]
+
+
+def test_an_early_return_unless_every_n_steps_makes_the_rest_periodic(tmp_path):
+    found = _project(tmp_path, {"cb.py": """
+        from lightning.pytorch import Callback
+
+        class Monitor(Callback):
+            def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+                if batch_idx % self.every != 0:
+                    return
+                for name, value in outputs.items():
+                    print(name, value.item())
+
+        class Always(Callback):
+            def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+                if batch_idx % self.accumulate_steps != 0:
+                    return
+                print(outputs["loss"].item())
+        """})
+    assert _rows(found) == [("cb.py", 15)]
+
+
+def test_loops_in_code_not_known_to_run_per_step_are_not_hot(tmp_path):
+    found = _project(tmp_path, {"util.py": """
+        def summarize(values):
+            for v in values:
+                print(v.item())
+            return [v.item() for v in values]
+        """})
+    assert found == []
+
+
+def test_a_conditional_call_to_a_one_off_method_stays_cold(tmp_path):
+    found = _project(tmp_path, {"lora.py": """
+        from torch import nn
+
+        class Lora(nn.Module):
+            def merge(self):
+                for p in self.parameters():
+                    p.norm().item()
+
+            def unmerge(self):
+                for p in self.parameters():
+                    p.norm().item()
+
+            def forward(self, x):
+                if self.merged:
+                    self.unmerge()
+                return x
+
+        class Always(Lora):
+            def forward(self, x):
+                self.merge()
+                return x
+        """})
+    assert _rows(found) == [("lora.py", 7)]  # `merge` runs on every forward of `Always`
+
+
+def test_only_the_modulo_itself_decides_an_accumulation_boundary(tmp_path):
+    found = _project(tmp_path, {"loop.py": """
+        def train(model, loader, interval):
+            for step, batch in enumerate(loader):
+                is_accumulating = step % 4 != 0
+                loss = model(batch)
+                if not is_accumulating and step % interval == 0:
+                    print(loss.item())
+        """})
+    assert _rows(found) == []
+
+
+def test_a_recorded_run_is_the_strongest_evidence(tmp_path):
+    (tmp_path / ".perflsp").mkdir()
+    (tmp_path / ".perflsp" / "hot.json").write_text(json.dumps({
+        "version": HOT_VERSION, "steps": 40, "step_source": "optimizer.step", "command": "python train.py",
+        "measured_at": "2026-12-01T12:00:00Z", "functions": [
+            {"file": "lib.py", "qualname": "scale", "first_line": 2, "calls": 40, "steps": 40},
+            {"file": "lib.py", "qualname": "Net.forward", "first_line": 8, "calls": 2, "steps": 1},
+        ]}))
+    found = _project(tmp_path, {"lib.py": """
+        def scale(t):
+            return t.max().item()
+
+        from torch import nn
+
+        class Net(nn.Module):
+            def forward(self, x):
+                return x.sum().item()
+        """})
+    assert _rows(found) == [("lib.py", 3)]
+    assert found[0][3] == "in `scale`, measured: 40 calls in 40 steps"

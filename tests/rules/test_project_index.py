@@ -34,7 +34,8 @@ def project(tmp_path: Path):
 
 def why_log(index: ProjectIndex, root: Path):
     """`helpers.log`'s status and reason, or None when the graph says nothing of it."""
-    return index.facts(str(root / "helpers.py"))["functions"].get("helpers.log")
+    state = index.facts(str(root / "helpers.py"))["functions"].get("helpers.log")
+    return state and state[:2]  # the third item, the call row in this file, is None here
 
 
 def test_a_helper_called_from_forward_in_another_module_is_per_step(project):

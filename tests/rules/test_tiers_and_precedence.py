@@ -35,17 +35,18 @@ TRANSFERS = textwrap.dedent(
 
 
 def _codes(source, **settings):
-    return sorted((f.code, f.start.row) for f in check_source(source, "m.py", Settings(**settings)))
+    # The rules of the table are preview rules: these tests are about precedence, not tiers.
+    return sorted((f.code, f.start.row) for f in check_source(source, "m.py", Settings(**{"preview": True, **settings})))
 
 
 def test_preview_rules_run_only_in_preview_mode():
-    assert _codes(SCORES) == []
+    assert _codes(SCORES, preview=False) == []
     assert _codes(SCORES, preview=True) == [("PFL301", 5)]
 
 
 def test_a_preview_rule_selected_by_its_code_still_needs_preview_and_says_so():
     settings = Settings(select=("PFL301",))
-    assert _codes(SCORES, select=("PFL301",)) == []
+    assert _codes(SCORES, select=("PFL301",), preview=False) == []
     [warning] = registry.preview_warnings(settings)
     assert warning.startswith("Selection `PFL301` has no effect because preview is not enabled")
     # A prefix that also names stable rules is no mistake; in preview mode nothing is.
@@ -74,12 +75,12 @@ def test_every_page_states_the_tier_and_a_preview_rule_says_why():
 
 def test_the_winner_reports_and_silencing_it_does_not_bring_the_loser_back():
     assert _codes(TRANSFERS) == [("PFL106", 5), ("PFL403", 5)]  # PFL106 on `x.to(device)` only
-    [finding] = [f for f in check_source(TRANSFERS, "m.py", Settings()) if f.code == "PFL106"]
+    [finding] = [f for f in check_source(TRANSFERS, "m.py", Settings(preview=True)) if f.code == "PFL106"]
     assert finding.start.column == 14  # `x.to(device)`, not `weights.to(device)`
     assert _codes(TRANSFERS, ignore=("PFL403",)) == [("PFL106", 5)]
     assert _codes(TRANSFERS, select=("PFL106",)) == [("PFL106", 5)]
     noqa = TRANSFERS.replace("weights.to(device))", "weights.to(device))  # noqa: PFL403")
-    assert [(f.code, f.start.column) for f in check_source(noqa, "m.py", Settings())] == [("PFL106", 14)]
+    assert [(f.code, f.start.column) for f in check_source(noqa, "m.py", Settings(preview=True))] == [("PFL106", 14)]
 
 
 @pytest.mark.parametrize("winner, loser, source", [

@@ -42,7 +42,7 @@ def train(model, loader, opt):
         loss = model(x).sum()
         print(loss.item())
         z = x.contiguous().view(2, 12)
-        w = x.cuda()
+        w = x.pin_memory().cuda()
 """
 
 
@@ -217,7 +217,8 @@ async def _initialize(client: LanguageClient, spec: str, root: Path, *, pull: bo
     workspace_folders = [T.WorkspaceFolder(uri=(root / f).as_uri(), name=f) for f in folders] if folders else \
         [T.WorkspaceFolder(uri=root.as_uri(), name=root.name)]
     options = dict(init_options or {})
-    options["settings"] = {"select": PINNED, **options.get("settings", {})}
+    # PFL106 and PFL303 are preview rules: the server's behaviour, not the tiers, is under test here.
+    options["settings"] = {"select": PINNED, "preview": True, **options.get("settings", {})}
     return await client.initialize_session(T.InitializeParams(
         capabilities=capabilities(spec, pull=pull, notebooks=notebooks), root_uri=root.as_uri(),
         workspace_folders=workspace_folders, initialization_options=options))

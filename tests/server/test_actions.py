@@ -28,8 +28,8 @@ async def test_quick_fixes_safe_preferred_unsafe_labelled(shared, spec, lazy):
     assert [d.code for d in safe.diagnostics] == ["PFL106"]
     edit = await session.edit_of(safe)
     fixed = apply_edits(TRAIN, text_edits(edit, uri))
-    assert "        w = x.cuda(non_blocking=True)\n" in fixed
-    assert fixed.replace("x.cuda(non_blocking=True)", "x.cuda()") == TRAIN  # nothing else touched
+    assert "        w = x.pin_memory().cuda(non_blocking=True)\n" in fixed
+    assert fixed.replace("x.pin_memory().cuda(non_blocking=True)", "x.pin_memory().cuda()") == TRAIN  # nothing else touched
     if spec != NEOVIM:  # documentChanges clients get a versioned edit, refused if the text moved on
         assert edit.document_changes[0].text_document.version == 1
 
@@ -61,13 +61,13 @@ async def test_ignore_action_appends_or_merges_noqa(shared):
 @pytest.mark.parametrize("spec", [NEOVIM, EMACS])
 async def test_fix_all_applies_safe_fixes_only(shared, spec):
     session = await shared(spec)
-    text = TRAIN + "        v = y.cuda()\n"
+    text = TRAIN + "        v = y.pin_memory().cuda()\n"
     uri = session.open("train.py", text)
     await session.diagnostics(uri, version=1, where=lambda ds: len(ds) == 4)
     [fix_all] = await session.actions(uri, 0, only=["source.fixAll"])  # as VS Code's codeActionsOnSave asks
     assert fix_all.kind == "source.fixAll.perflsp"
     fixed = apply_edits(text, text_edits(await session.edit_of(fix_all), uri))
-    assert fixed == text.replace("x.cuda()", "x.cuda(non_blocking=True)").replace("y.cuda()", "y.cuda(non_blocking=True)")
+    assert fixed == text.replace("x.pin_memory().cuda()", "x.pin_memory().cuda(non_blocking=True)").replace("y.pin_memory().cuda()", "y.pin_memory().cuda(non_blocking=True)")
     assert "x.contiguous().view(2, 12)" in fixed  # the unsafe fix is not part of fix-all
     # Asked for quick fixes only, fix-all stays out; asked for source actions, quick fixes stay out.
     assert all(a.kind == T.CodeActionKind.QuickFix for a in await session.actions(uri, 8, only=["quickfix"]))
@@ -95,7 +95,7 @@ async def test_hover_explains_the_rule_on_the_flagged_expression(shared):
     assert hover.contents.kind == T.MarkupKind.Markdown
     text = hover.contents.value
     assert text.startswith("**PFL101 item-in-hot-code**")
-    assert "Hot because it runs inside `for x, y in loader`" in text
+    assert "Hot because it runs inside the step loop `for x, y in loader`" in text
     assert "Why is this bad?" in text and "copies one value from the device to the host" in text
     assert "Use instead" in text
     assert hover.range == T.Range(T.Position(6, 14), T.Position(6, 25))

@@ -129,7 +129,7 @@ async def test_a_half_typed_line_keeps_the_other_findings_and_adds_one_hint(shar
     assert by_code(diagnostics, "PFL101").range == T.Range(T.Position(8, 14), T.Position(8, 25))
     assert by_code(diagnostics, "PFL101").related_information[0].location.range.start.line == 6
     # Editing a flagged line while broken drops that finding (its code changed), keeps the others.
-    broken = session.edit(uri, (10, 12), (10, 20), "x.cpu()")
+    broken = session.edit(uri, (10, 12), (10, 33), "x.cpu()")
     diagnostics = await session.diagnostics(uri, version=broken)
     assert codes(diagnostics) == ["PFL000", "PFL101", "PFL303"]
     fixed = session.edit(uri, (4, 11), (4, 11), "1)")
@@ -142,7 +142,7 @@ async def test_columns_follow_the_negotiated_encoding_with_non_ascii_text(shared
     session = await shared(spec)
     assert session.result.capabilities.position_encoding == encoding  # eglot offers UTF-32 first
     line = '        print("é😀", loss.item())'  # 😀 is two UTF-16 units but one code point
-    text = TRAIN.replace("        print(loss.item())", line).replace("w = x.cuda()", 's = "😀😀"; w = x.cuda()')
+    text = TRAIN.replace("        print(loss.item())", line).replace("w = x.pin_memory().cuda()", 's = "😀😀"; w = x.pin_memory().cuda()')
     uri = session.open("train.py", text)
     diagnostics = await session.diagnostics(uri, version=1, where=lambda ds: len(ds) == 3)
     item = by_code(diagnostics, "PFL101")
@@ -153,4 +153,4 @@ async def test_columns_follow_the_negotiated_encoding_with_non_ascii_text(shared
     # A fix after non-ASCII text on its line lands on the call, in the client's units.
     [safe] = [a for a in await session.actions(uri, 8) if a.title.startswith("PFL106")]
     fixed = apply_edits(text, text_edits(await session.edit_of(safe), uri), encoding)
-    assert 's = "😀😀"; w = x.cuda(non_blocking=True)\n' in fixed
+    assert 's = "😀😀"; w = x.pin_memory().cuda(non_blocking=True)\n' in fixed

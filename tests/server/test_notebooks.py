@@ -10,7 +10,7 @@ pytestmark = pytest.mark.filterwarnings("error::pytest_lsp.LspSpecificationWarni
 
 DEFINE = "import torch\n\ndef log_loss(loss):\n    print(loss.item())\n"
 MARKDOWN = "# Training loop"
-LOOP = "for x in loader:\n    log_loss(model(x).sum())\n    y = x.cuda()\n"
+LOOP = "for x in loader:\n    log_loss(model(x).sum())\n    y = x.pin_memory().cuda()\n"
 
 
 def open_notebook(session, cells):
@@ -59,13 +59,13 @@ async def test_cells_are_one_program_and_diagnostics_go_to_each_cell(shared):
     actions = await session.actions(loop, 2)
     safe = next(a for a in actions if a.title.startswith("PFL106"))
     edits = text_edits(await session.edit_of(safe), loop)
-    assert apply_edits(LOOP, edits) == LOOP.replace("x.cuda()", "x.cuda(non_blocking=True)")
+    assert apply_edits(LOOP, edits) == LOOP.replace("x.pin_memory().cuda()", "x.pin_memory().cuda(non_blocking=True)")
 
     # Fix-all runs the engine's notebook fixer over the whole notebook: edits land per cell.
     [fix_all] = await session.actions(define, 0, only=["source.fixAll"])
     edit = await session.edit_of(fix_all)
     assert [c.text_document.uri for c in edit.document_changes] == [loop]
-    assert apply_edits(LOOP, text_edits(edit, loop)) == LOOP.replace("x.cuda()", "x.cuda(non_blocking=True)")
+    assert apply_edits(LOOP, text_edits(edit, loop)) == LOOP.replace("x.pin_memory().cuda()", "x.pin_memory().cuda(non_blocking=True)")
 
     # Stop calling `log_loss` in cell 3: cell 1's finding goes away although cell 1 did not change.
     change_cell(session, notebook, loop, 2, (1, 4), (1, 28), "pass")
@@ -78,7 +78,7 @@ async def test_notebook_cells_are_pulled_and_a_broken_cell_does_not_hide_the_oth
     report = await session.pull(define)
     assert [d.code for d in report.items] == ["PFL101"]
     # Half-type a line in cell 3: it reports a parse hint, cell 1 keeps its finding.
-    change_cell(session, notebook, loop, 2, (2, 16), (2, 16), "\n    z = (")
+    change_cell(session, notebook, loop, 2, (2, 29), (2, 29), "\n    z = (")
     broken = await session.pull(loop)
     codes = sorted(d.code for d in broken.items)
     assert codes == ["PFL000", "PFL106"]  # the kept finding and the parse hint

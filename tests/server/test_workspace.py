@@ -11,12 +11,12 @@ from tests.server.conftest import NEOVIM, TRAIN, VSCODE
 
 pytestmark = pytest.mark.filterwarnings("error::pytest_lsp.LspSpecificationWarning")
 
-CLEAN = "import torch\n\nx = torch.zeros(3)\n"
+CLEAN = "import torch\n\nx = torch.zeros(3, device=\"cuda\")\n"
 
 
 def workspace(root):
     """A project on disk before the editor starts, as usual."""
-    for name, text in [("train.py", TRAIN), ("pkg/model.py", TRAIN.replace("w = x.cuda()", "w = x")),
+    for name, text in [("train.py", TRAIN), ("pkg/model.py", TRAIN.replace("w = x.pin_memory().cuda()", "w = x")),
                        ("clean.py", CLEAN), ("open_me.py", TRAIN)]:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
@@ -37,7 +37,7 @@ async def test_workspace_diagnostics_are_pushed_for_files_that_are_not_open(star
     assert str((root / "train.py").resolve()) in json.loads(cache.read_text())
     # A file changed on disk is checked again (here Neovim has no watcher: the save of an open
     # file or a watcher event triggers it; we send the event a watching client would send).
-    (root / "clean.py").write_text(CLEAN + "for b in range(3):\n    x.sum().item()\n")
+    (root / "clean.py").write_text(CLEAN + "for batch in loader:\n    x.sum().item()\n")
     session.client.workspace_did_change_watched_files(T.DidChangeWatchedFilesParams(
         changes=[T.FileEvent(uri=session.uri("clean.py"), type=T.FileChangeType.Changed)]))
     changed = await session.diagnostics(session.uri("clean.py"), where=lambda ds: len(ds) == 1)
