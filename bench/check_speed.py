@@ -60,10 +60,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--packages", nargs="+", default=DEFAULT_PACKAGES)
+    parser.add_argument("--corpus", type=Path, help="check a copy of this folder instead (e.g. Lightning's src/)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = Path(tmp) / "torch"
-        files = copy_corpus(args.packages, corpus)
+        if args.corpus:
+            corpus = Path(tmp) / "corpus"
+            shutil.copytree(args.corpus, corpus)
+            (corpus / "perflsp.toml").write_text("")  # no config above the copy applies
+            files = sorted(corpus.rglob("*.py"))
+        else:
+            corpus = Path(tmp) / "torch"
+            files = copy_corpus(args.packages, corpus)
         lines = sum(p.read_text(encoding="utf-8").count("\n") for p in files)
         cache = Path(tmp) / "cache"
         timings: dict[str, list[float]] = {"bare parse": [], "jobs 1": [], "jobs 2": [], "warm cache": []}
@@ -79,7 +86,8 @@ def main() -> int:
             timings["warm cache"].append(run_check(corpus, "--cache-dir", str(cache))[0])
     floor = statistics.median(timings["bare parse"])
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"corpus: torch/{{{','.join(args.packages)}}}: {len(files)} files, {lines} lines; {findings} findings")
+    name = str(args.corpus) if args.corpus else f"torch/{{{','.join(args.packages)}}}"
+    print(f"corpus: {name}: {len(files)} files, {lines} lines; {findings} findings; load average {os.getloadavg()[0]:.1f}")
     print(f"{'run':<12} {'median s':>9} {'× parse':>8}   (median of {args.runs})")
     for name, values in timings.items():
         median = statistics.median(values)

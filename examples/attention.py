@@ -48,7 +48,7 @@ class GatedMLP(nn.Module):
 
 
 def rotary(x: torch.Tensor, steps: int) -> torch.Tensor:
-    freqs = torch.arange(x.shape[-1] // 2, dtype=torch.float64)  # PFL202
+    freqs = torch.arange(x.shape[-1] // 2, dtype=torch.float64, device=x.device)  # PFL202
     outputs = []
     for t in range(steps):
         angle = torch.arange(x.shape[-1] // 2) * 0.01  # PFL401: the same tensor every step

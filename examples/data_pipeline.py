@@ -29,3 +29,9 @@ def flatten_patches(images: torch.Tensor) -> torch.Tensor:
         p = img.unfold(1, 8, 8).unfold(2, 8, 8).permute(1, 2, 0, 3, 4)
         patches.append(p.reshape(-1, 3 * 64))
     return torch.cat(patches).clone().contiguous()  # PFL302: clone is already contiguous
+
+
+def feed(model, loader):
+    for batch in loader:  # a step loop: what it calls runs on every step
+        for chunk in batches(normalise(batch), 64):
+            model(flatten_patches(chunk))

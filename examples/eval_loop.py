@@ -13,6 +13,7 @@ def evaluate(model: nn.Module, loader: DataLoader, threshold: float = 0.5):
     model.eval()
     all_scores = torch.empty(0)
     positives = 0
+    matrix = 0
     for batch, targets in loader:
         batch = batch.to(device, non_blocking=True)
         scores = model(batch)  # PFL605: autograd records every activation after .eval()
@@ -26,6 +27,7 @@ def evaluate(model: nn.Module, loader: DataLoader, threshold: float = 0.5):
         torch.cuda.synchronize()  # PFL104
         preds = scores.argmax(dim=1).cpu().numpy()  # PFL102
         np.save("preds.npy", preds)
+        matrix += confusion(scores.argmax(dim=1), targets, scores.shape[1])
     return all_scores, positives
 
 

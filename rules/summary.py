@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import re
+from functools import lru_cache
 from typing import Any, Dict, List, Optional, Tuple
 
 from perflsp.rules.hot_table import (
@@ -16,7 +18,7 @@ from perflsp.rules.hot_table import (
     STEP_RANGE_BOUND, TEST_FILE,
 )
 
-VERSION = 2  # bump when the shape or meaning of a summary changes (the cache keys on it)
+VERSION = 3  # bump when the shape or meaning of a summary changes (the cache keys on it)
 MODULE_LEVEL = "<module>"
 
 # Region kinds, innermost region decides: a step loop makes its body and callees per step, a
@@ -50,7 +52,7 @@ def summarize(source: str, module: str, is_package: bool = False, path: str = ""
 
 
 class _Scope:
-    __slots__ = ("key", "class_key", "locals", "regions", "conditions")
+    __slots__ = ("key", "class_key", "locals", "regions", "conditions", "periodic")
 
     def __init__(self, key: str, class_key: Optional[str]):
         self.key = key
@@ -58,6 +60,7 @@ class _Scope:
         self.locals: Dict[str, str] = {}  # nested defs: name -> key
         self.regions: List[Tuple[str, Span]] = []  # enclosing regions, innermost last
         self.conditions = 0  # enclosing `if`/`except` blocks: calls there may not run every time
+        self.periodic: set = set()  # names bound to "is this a logging step" (`log_now = step % n == 0`)
 
 
 class _Summarizer:
@@ -107,7 +110,7 @@ class _Summarizer:
             self.block(node.orelse, scope)
         elif isinstance(node, ast.If):
             self.exprs([node.test], scope)
-            kind = _rare_block(node)
+            kind = _rare_block(node, scope.periodic)
             scope.conditions += 1
             if kind is None:
                 self.block(node.body, scope)
@@ -117,6 +120,9 @@ class _Summarizer:
             self.block(node.orelse, scope)
             scope.conditions -= 1
         else:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and _is_periodic(node.value, scope.periodic)):
+                scope.periodic.add(node.targets[0].id)
             nested = [getattr(node, f, None) for f in ("body", "orelse", "finalbody", "handlers", "cases")]
             blocks = [b for b in nested if isinstance(b, list) and b and isinstance(b[0], (ast.stmt, ast.excepthandler))]
             heads = [v for f, v in ast.iter_fields(node) if f not in ("body", "orelse", "finalbody", "handlers", "cases")]
@@ -192,19 +198,28 @@ class _Summarizer:
     # -- expressions: calls and comprehensions ------------------------------------------------------
 
     def exprs(self, nodes, scope: _Scope) -> None:
-        for root in nodes:
-            if root is None:
-                continue
-            for node in ast.walk(root):
-                if isinstance(node, ast.Call):
-                    ref = self.ref(node.func, scope)
-                    if ref is not None:
-                        self.out["calls"].append([scope.key, ref, node.lineno, _site(scope.regions), scope.conditions > 0])
-                elif isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-                    # the first iterable is evaluated once: the region leaves it out
-                    first = node.generators[0].iter
-                    kind = STEP_LOOP if _is_step_iterable(first) else COMPREHENSION
-                    self.out["regions"].append([kind, *self.span(node), node.lineno, scope.key, self.span(first)])
+        # An explicit stack over `_fields`: `ast.walk` costs twice as much, and this walk is most
+        # of the summary's time.
+        stack = [n for n in nodes if n is not None]
+        calls, regions = self.out["calls"], self.out["regions"]
+        while stack:
+            node = stack.pop()
+            kind = type(node)
+            if kind is ast.Call:
+                ref = self.ref(node.func, scope)
+                if ref is not None:
+                    calls.append([scope.key, ref, node.lineno, _site(scope.regions), scope.conditions > 0])
+            elif kind in _COMPREHENSIONS:
+                # the first iterable is evaluated once: the region leaves it out
+                first = node.generators[0].iter
+                loop = STEP_LOOP if _is_step_iterable(first) else COMPREHENSION
+                regions.append([loop, *self.span(node), node.lineno, scope.key, self.span(first)])
+            for field in _CHILD_FIELDS.get(kind) or _child_fields(kind):
+                value = getattr(node, field, None)
+                if type(value) is list:
+                    stack.extend(v for v in value if isinstance(v, ast.AST))
+                elif isinstance(value, ast.AST) and not isinstance(value, ast.expr_context):
+                    stack.append(value)
 
     def ref(self, func: ast.expr, scope: _Scope) -> Optional[str]:
         """What a called or base-class expression names, as a project-wide reference:
@@ -243,6 +258,17 @@ class _Summarizer:
         if line.isascii():
             return byte_offset
         return len(line.encode("utf-8")[:byte_offset].decode("utf-8", "replace"))
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
+def _child_fields(kind: type) -> Tuple[str, ...]:
+    """The fields of a node type that can hold other nodes (not names, numbers or contexts)."""
+    found = _CHILD_FIELDS[kind] = tuple(f for f in kind._fields if f not in ("ctx", "id", "attr", "arg", "n", "s",
+                                                                             "kind", "type_comment", "conversion"))
+    return found
 
 
 def _child(scope_key: str, name: str) -> str:
@@ -289,11 +315,11 @@ def _is_step_condition(test: ast.expr) -> bool:
     return isinstance(test, ast.Compare) and any(STEP_RANGE_BOUND.search(n) for n in _names(test))
 
 
-def _rare_block(node: ast.If) -> Optional[str]:
-    """LAZY for `if self.x is None: self.x = ...`, PERIODIC for `if step % every == 0:`."""
+def _rare_block(node: ast.If, periodic_names: set) -> Optional[str]:
+    """LAZY for `if self.x is None: self.x = ...`, PERIODIC for `if step % every == 0:` (or a
+    name bound to such a test: `log_now = step % every == 0 or last` then `if log_now:`)."""
     test = node.test
-    modulo = _modulo_in(test)
-    if modulo is not None and not any(ACCUMULATION.search(n) for n in _names(modulo)):
+    if _is_periodic(test, periodic_names):
         return PERIODIC
     attribute = _none_tested_attribute(test)
     if attribute is not None and _initialises(node.body, attribute):
@@ -315,7 +341,18 @@ def _skips_unless_periodic(stmt: ast.stmt) -> bool:
         modulo = test.left
     else:
         return False
-    return not any(ACCUMULATION.search(n) for n in _names(modulo))
+    return not any(ACCUMULATION.search(n) for n in _names(modulo.right))
+
+
+def _is_periodic(test: ast.expr, periodic_names: set) -> bool:
+    """A test that holds every N steps. A modulo by a gradient-accumulation count is not one (that
+    boundary comes every optimizer step): the divisor's name decides, not the counter's."""
+    if isinstance(test, ast.Name) and test.id in periodic_names:
+        return True
+    if isinstance(test, ast.BoolOp) and any(isinstance(v, ast.Name) and v.id in periodic_names for v in test.values):
+        return True
+    modulo = _modulo_in(test)
+    return modulo is not None and not any(ACCUMULATION.search(n) for n in _names(modulo.right))
 
 
 def _modulo_in(test: ast.expr) -> Optional[ast.BinOp]:
@@ -374,5 +411,12 @@ def is_one_off(name: str) -> bool:
     return method_matches(name, ONE_OFF_FUNCTIONS)
 
 
-def method_matches(name: str, patterns) -> bool:
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+def method_matches(name: str, patterns: Tuple[str, ...]) -> bool:
+    """`name` matches one of the fnmatch-style patterns (`on_*_batch_end`)."""
+    return _pattern(patterns).fullmatch(name) is not None
+
+
+@lru_cache(maxsize=None)
+def _pattern(patterns: Tuple[str, ...]) -> "re.Pattern[str]":
+    # One compiled alternation per table row: fnmatch per name and pattern was a tenth of the summary.
+    return re.compile("|".join(fnmatch.translate(p) for p in patterns))

@@ -475,3 +475,18 @@ def test_a_recorded_run_is_the_strongest_evidence(tmp_path):
         """})
     assert _rows(found) == [("lib.py", 3)]
     assert found[0][3] == "in `scale`, measured: 40 calls in 40 steps"
+
+
+def test_a_name_bound_to_a_logging_step_test_is_periodic(tmp_path):
+    found = _project(tmp_path, {"loop.py": """
+        def train(model, loader, log_every, accum_freq):
+            for i_accum, batch in enumerate(loader):
+                loss = model(batch)
+                is_console_step = (i_accum % log_every == 0) or i_accum == 0
+                is_metric_step = is_console_step or i_accum % 100 == 0
+                if is_metric_step:
+                    print(loss.item())
+                if (i_accum + 1) % accum_freq == 0:
+                    print(loss.item())
+        """})
+    assert _rows(found) == [("loop.py", 10)]  # the divisor names the accumulation boundary
