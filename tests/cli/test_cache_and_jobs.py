@@ -43,6 +43,20 @@ def test_cache_hits_until_the_file_or_settings_change(tmp_path):
     assert (cache_dir / ".gitignore").read_text().endswith("*\n")
 
 
+def test_a_same_size_edit_with_the_mtime_restored_is_seen(tmp_path):
+    # `cp -p`, `rsync -a` and `tar` restore mtimes: the cache keys on content, not on stat().
+    [path] = _files(tmp_path, n=1)
+    cache_dir = tmp_path / ".perflsp_cache"
+    assert runner.check_paths([path], jobs=1, cache=runner.Cache(cache_dir))[0].findings
+    stat = path.stat()
+    edited = SOURCE.replace("print(model(x).sum().item())", "print(model(x).sum().size())")
+    assert len(edited) == len(SOURCE)
+    path.write_text(edited)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    [result] = runner.check_paths([path], jobs=1, cache=runner.Cache(cache_dir))
+    assert not result.cached and result.findings == []
+
+
 def test_pool_gives_the_same_findings_as_one_process(tmp_path):
     files = _files(tmp_path, 8)
     one = runner.check_paths(files, jobs=1)
