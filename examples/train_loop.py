@@ -77,7 +77,7 @@ def train(epochs: int = 2) -> None:
     for epoch in range(epochs):
         seen = []
         for step, (images, labels) in enumerate(loader):
-            images = images.to(device)  # PFL106: blocking copy
+            images = images.pin_memory().to(device)  # PFL106: pinned, yet a blocking copy
             labels = labels.cuda() if torch.cuda.is_available() else labels  # PFL106
             weights = class_weights.to(device)  # PFL403: the same copy every step
             loss, running = train_step(model, optimizer, images, labels, weights)

@@ -34,14 +34,16 @@ local ok, err = pcall(function()
     name = "perflsp",
     cmd = vim.fn.json_decode(vim.env.PERFLSP_CMD),
     root_dir = vim.env.PERFLSP_ROOT,
-    init_options = { settings = { debounceMs = 50 } },
+    init_options = { settings = { debounceMs = 50, preview = true } },  -- PFL106 is a preview rule
   })
   if not client_id then return fail("vim.lsp.start_client failed") end
   vim.lsp.buf_attach_client(bufnr, client_id)
 
+  -- The PFL106 on a pinned source: the one whose fix (`non_blocking=True`) is safe.
   local function pfl106()
     for _, d in ipairs(vim.diagnostic.get(bufnr)) do
-      if d.code == "PFL106" then return d end
+      local line = vim.api.nvim_buf_get_lines(bufnr, d.lnum, d.lnum + 1, false)[1] or ""
+      if d.code == "PFL106" and line:find("pin_memory", 1, true) then return d end
     end
   end
   if not vim.wait(30000, function() return pfl106() ~= nil end, 50) then

@@ -50,7 +50,7 @@ def test_neovim_shows_diagnostics_and_applies_a_quick_fix(tmp_path: Path):
 
     before = {(d["code"], d["lnum"]) for d in report["before"]}
     assert ("PFL106", report["target"]["lnum"]) in before
-    assert any(code == "PFL101" for code, _ in before)  # the rest of the file is linted too
+    assert any(code == "PFL603" for code, _ in before)  # the rest of the file is linted too
     assert report["lazy"] is True  # Neovim 0.7 resolves edits lazily: the server deferred it
     assert any(t.startswith("Ignore PFL106") for t in report["titles"])
 
@@ -68,7 +68,7 @@ def test_neovim_shows_diagnostics_and_applies_a_quick_fix(tmp_path: Path):
 
 def test_the_shipped_neovim_config_starts_the_server_at_the_project_root(tmp_path: Path):
     report, target = run_neovim("nvim_config.lua", tmp_path)  # loads editors/neovim/perflsp.lua
-    assert "PFL106" in report["codes"] and "PFL101" in report["codes"]
+    assert "PFL603" in report["codes"] and "PFL606" in report["codes"]  # stable rules: no settings needed
     assert report["clients"] == [{"name": "perflsp", "root": str(target.parent)}]  # found by its .git
 
 

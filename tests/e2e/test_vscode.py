@@ -267,11 +267,12 @@ def session(node_home: Path, tmp_path_factory) -> Session:
         "perflsp.path": [sys.executable, "-m", "perflsp", "serve"],
         "perflsp.workspaceDiagnostics": True,
         "perflsp.ignore": [IGNORED_IN_WORKSPACE],
+        "perflsp.preview": True,  # PFL303, whose fix the test applies, is a preview rule
     }, indent=2))
 
     # Where the findings are, from the CLI (the same engine): the test does not hard-code lines of
     # examples that others edit.
-    attention = findings(workspace / "attention.py", "--ignore", IGNORED_IN_WORKSPACE)
+    attention = findings(workspace / "attention.py", "--ignore", IGNORED_IN_WORKSPACE, "--preview")
     pfl303 = next((f for f in attention if f["code"] == "PFL303" and f["fix"]), None)
     pfl101 = next((f for f in attention if f["code"] == "PFL101"), None)
     assert pfl303 and pfl101, "examples/attention.py no longer has a fixable PFL303 and a PFL101, which this test uses"
@@ -280,7 +281,7 @@ def session(node_home: Path, tmp_path_factory) -> Session:
     fixed = tmp / "fixed" / "train_loop.py"
     fixed.parent.mkdir()
     shutil.copy(workspace / "train_loop.py", fixed)
-    subprocess.run([sys.executable, "-m", "perflsp", "check", "--fix", "--exit-zero", "--no-cache", "--ignore",
+    subprocess.run([sys.executable, "-m", "perflsp", "check", "--fix", "--exit-zero", "--no-cache", "--preview", "--ignore",
                     IGNORED_IN_WORKSPACE, str(fixed)], capture_output=True, text=True, timeout=120, check=True)
     expected["train_loop.py"] = fixed.read_text()
     assert expected["train_loop.py"] != (workspace / "train_loop.py").read_text(), "train_loop.py has no safe fix left"
