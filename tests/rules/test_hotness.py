@@ -490,3 +490,21 @@ def test_a_name_bound_to_a_logging_step_test_is_periodic(tmp_path):
                     print(loss.item())
         """})
     assert _rows(found) == [("loop.py", 10)]  # the divisor names the accumulation boundary
+
+
+def test_src_layouts_and_relative_imports_resolve(tmp_path):
+    found = _project(tmp_path, {
+        "src/mylib/__init__.py": "from .ops import scale\n",
+        "src/mylib/ops.py": "def scale(t):\n    return t.max().item()\n",
+        "src/mylib/models/__init__.py": "",
+        "src/mylib/models/net.py": """
+            from torch import nn
+            from .. import scale
+
+            class Net(nn.Module):
+                def forward(self, x):
+                    return scale(x)
+            """,
+    })
+    assert _rows(found) == [("src/mylib/ops.py", 2)]
+    assert "called from `Net.forward` (net.py:7)" in found[0][3]
