@@ -88,10 +88,7 @@ class Project:
 
     def resolve(self, ref: str) -> List[str]:
         """The project functions a call reference can run (none when it leaves the project)."""
-        found = self._resolved.get(ref)
-        if found is None:
-            found = self._resolved[ref] = self._resolve(ref)
-        return found
+        return _memoised(self._resolved, ref, self._resolve)
 
     def _resolve(self, ref: str) -> List[str]:
         if ref.startswith("self:"):
@@ -138,10 +135,7 @@ class Project:
         return [self._lookup(base) or base for base in self.classes.get(key, [])]
 
     def mro(self, key: str) -> List[str]:
-        found = self._mros.get(key)
-        if found is None:
-            found = self._mros[key] = self._mro(key)
-        return found
+        return _memoised(self._mros, key, self._mro)
 
     def _mro(self, key: str) -> List[str]:
         order, stack, seen = [], [key], set()
@@ -361,6 +355,14 @@ class Project:
             else:
                 functions[key] = [COLD, state[1]]
         return {"summary": summary, "functions": functions}
+
+
+def _memoised(cache: Dict[str, List[str]], key: str, compute: Callable[[str], List[str]]) -> List[str]:
+    """`compute(key)` once per graph: the same reference and class come up for many calls."""
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = compute(key)
+    return found
 
 
 def _framework_row(rows: Sequence[EntryPoint], method: str, ancestry: Sequence[str]) -> Optional[EntryPoint]:
