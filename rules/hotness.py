@@ -43,7 +43,7 @@ class HotMap:
     @classmethod
     def for_source(cls, source: str, path: str, settings: Settings, line_label: Callable[[int], str]) -> "HotMap":
         """The map of a file judged alone (stdin, an editor buffer with no project graph, a test)."""
-        return cls(single_file_facts(source, path, settings.hot_functions, line_label), source.splitlines(), line_label)
+        return cls(single_file_facts(source, path, settings.hot_functions, line_label), S.source_lines(source), line_label)
 
     def at(self, position: Position) -> Optional[Hot]:
         """Why the code at `position` runs on every step; None when it does not or nobody knows."""

@@ -21,8 +21,9 @@ from perflsp.rules.hot_table import (
 VERSION = 3  # bump when the shape or meaning of a summary changes (the cache keys on it)
 MODULE_LEVEL = "<module>"
 
-# Region kinds, innermost region decides: a step loop makes its body and callees per step, a
-# plain loop makes only its body hot, lazy-init and periodic blocks run rarely.
+# Region kinds, innermost region decides: a step loop makes its body and callees per step,
+# lazy-init and periodic blocks run rarely, a plain loop or comprehension repeats only as often as
+# the code around it (named in the reason when that code is per step).
 STEP_LOOP, LOOP, COMPREHENSION, LAZY, PERIODIC = "step-loop", "loop", "comprehension", "lazy-init", "periodic"
 # Call sites: what a call passes on to its callee. STEP: inside a step loop (per step whatever
 # the caller); COLD: inside a lazy-init or periodic block (nothing); LOOP: inside another loop;
@@ -32,6 +33,12 @@ STEP, COLD, LOOP_SITE, PLAIN = "step", "cold", "loop", "plain"
 Span = Tuple[int, int, int, int]  # start row, start column, end row, end column (code points)
 # A region: [kind, *span, header row, owner function key, span left out (a comprehension's first
 # iterable) or None].
+
+
+def source_lines(source: str) -> List[str]:
+    """Rows as Python counts them (`ast` line numbers): only \\n, \\r\\n and \\r end a line, not the
+    form feeds and U+2028 that `str.splitlines` also splits at."""
+    return _NEWLINE.split(source)
 
 
 def summarize(source: str, module: str, is_package: bool = False, path: str = "") -> Dict[str, Any]:
@@ -66,7 +73,7 @@ class _Scope:
 class _Summarizer:
     def __init__(self, summary: Dict[str, Any], source: str, module: str, is_package: bool):
         self.out = summary
-        self.lines = source.splitlines()
+        self.lines = source_lines(source)
         self.module = module
         self.package = module if is_package else module.rpartition(".")[0]
         self.imports: Dict[str, str] = summary["imports"]
@@ -124,7 +131,7 @@ class _Summarizer:
                     and _is_periodic(node.value, scope.periodic)):
                 scope.periodic.add(node.targets[0].id)
             nested = [getattr(node, f, None) for f in ("body", "orelse", "finalbody", "handlers", "cases")]
-            blocks = [b for b in nested if isinstance(b, list) and b and isinstance(b[0], (ast.stmt, ast.excepthandler))]
+            blocks = [b for b in nested if isinstance(b, list) and b and isinstance(b[0], _BLOCK_ITEMS)]
             heads = [v for f, v in ast.iter_fields(node) if f not in ("body", "orelse", "finalbody", "handlers", "cases")]
             self.exprs([n for v in heads for n in (v if isinstance(v, list) else [v]) if isinstance(n, ast.AST)], scope)
             for items in blocks:
@@ -260,7 +267,10 @@ class _Summarizer:
         return len(line.encode("utf-8")[:byte_offset].decode("utf-8", "replace"))
 
 
+_NEWLINE = re.compile(r"\r\n|\r|\n")
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+# What the nested blocks of a statement hold: statements, `except` handlers, `match` cases (3.10+).
+_BLOCK_ITEMS = (ast.stmt, ast.excepthandler, *((ast.match_case,) if hasattr(ast, "match_case") else ()))
 _CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
 
 
