@@ -97,7 +97,8 @@ class HotMap:
         if self.test:
             return False
         label = f"{class_name}.{name}" if class_name else name
-        return any(state[0] == STEP and self._label(key).endswith(label) for key, state in self.status.items())
+        return any(state[0] == STEP and (self._label(key) == label or self._label(key).endswith("." + label))
+                   for key, state in self.status.items())
 
     def _function_at(self, row: int) -> Optional[Dict[str, Any]]:
         index = bisect_right(self._starts, row)
