@@ -19,7 +19,7 @@ import perflsp
 from perflsp.profile_result import SCHEMA_VERSION, function_source_sha256
 from perflsp.runtime import roofline
 from perflsp.runtime.counting import OpRecord
-from perflsp.runtime.peaks import ceiling_for
+from perflsp.runtime.peaks import ceiling_for, ceilings_id
 from perflsp.runtime.profiling import Attribution, CleanProfile, RangeTiming, SHORT_KERNEL_US, median_or_none
 from perflsp.runtime.timing import percentile
 
@@ -267,6 +267,17 @@ def _timing_notes(timing: Dict[str, Any]) -> List[str]:
     return []
 
 
+def _ceilings_notes(peaks: Dict[str, Any], source: str) -> List[str]:
+    notes = []
+    if source == "measured":
+        notes.append(f"the ceilings were measured during this profile ({peaks['duration_s']:.1f} s): none were "
+                     "stored for this device, or --refresh-peaks asked for it; later profiles reuse them")
+    if not peaks["protocol"]["rounds_agree"]:
+        notes.append("the ceilings did not converge when measured (the machine was busy): fractions of them are "
+                     "uncertain; re-measure with `perflsp peaks` on a quiet machine")
+    return notes
+
+
 def build_result(inp: Inputs) -> Dict[str, Any]:
     device = inp.device["kind"]
     records = inp.attribution.records
@@ -318,7 +329,8 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
         dominant_dtype=dtype,
     )
     verdict, got = roofline.classify(figures, ceilings)
-    verdict.notes = list(inp.notes) + ceiling_notes + verdict.notes + _timing_notes(inp.timing)
+    verdict.notes = (list(inp.notes) + ceiling_notes + verdict.notes + _timing_notes(inp.timing)
+                     + _ceilings_notes(inp.peaks, inp.peaks_source))
 
     lines = []
     for s in stats.values():
@@ -349,7 +361,9 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
         "device": inp.device,
         "ceilings": {
             "source": inp.peaks_source,
+            "id": ceilings_id(inp.peaks),
             "measured_at": inp.peaks["measured_at"],
+            "converged": inp.peaks["protocol"]["rounds_agree"],
             "bandwidth_bytes_per_s": inp.peaks["bandwidth_bytes_per_s"],
             "compute_flops_per_s": dict(inp.peaks["compute_flops_per_s"]),
             "dtype": ceiling_key,

@@ -18,6 +18,7 @@ from perflsp.profile_result import (EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, exit_code
                                     write_json_atomic)
 
 DEFAULT_PEAKS_TIMEOUT_S = 300.0
+DEFAULT_PEAKS_BUDGET_S = 6.0  # perflsp.runtime.peaks.DEFAULT_BUDGET_S (not imported: it needs no torch here)
 # Error kinds that describe an attempt to run the target: worth a result file the editor shows.
 PUBLISHED_ERRORS = {"exception", "crash", "timeout", "out-of-memory", "not-called"}
 
@@ -82,8 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     peaks = commands.add_parser("peaks", help="measure (and cache) the device's bandwidth and matmul ceilings")
     peaks.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                        help="auto: CUDA if there is one, else CPU")
-    peaks.add_argument("--budget", type=_positive_float, default=3.0, metavar="S",
-                       help="seconds of measuring (default 3)")
+    peaks.add_argument("--budget", type=_positive_float, default=DEFAULT_PEAKS_BUDGET_S, metavar="S",
+                       help="at most this many seconds of measuring; each figure stops earlier once it has "
+                            "converged (default %(default)g)")
     peaks.add_argument("--cached", action="store_true", help="show the cached ceilings without measuring")
     peaks.add_argument("--json", metavar="PATH", help="also write the ceilings here ('-': print them instead)")
     peaks.add_argument("--timeout", type=_positive_float, default=DEFAULT_PEAKS_TIMEOUT_S, metavar="S")

@@ -178,28 +178,38 @@ def render_peaks(payload: Dict[str, Any]) -> str:
         header += f" ({device.get('threads')} threads)"
     header += f", torch {peaks['torch']}" + (f", CUDA {peaks['cuda']}" if peaks.get("cuda") else "")
     source = "cached" if payload.get("source") == "cache" else f"measured in {peaks['duration_s']:.1f} s"
-    out = [header + f"   ({source}, {peaks['measured_at']}, {peaks['clock']}, best run)"]
+    out = [header + f"   ({source}, {peaks['measured_at']}, {peaks['clock']}, best converged sample)"]
     sheet_name = f"datasheet ({sheet.name})" if sheet else "datasheet"
     out.append(f"{'ceiling':<22} {'measured':>14}  {sheet_name:>24}  {'of datasheet':>12}")
 
-    def row(label: str, measured: float, sheet_value: Optional[float], rate) -> None:
+    def row(label: str, measured: float, sheet_value: Optional[float], rate, detail: str) -> None:
         sheet_text = rate(sheet_value) if sheet_value else "-"
         ratio = units.percent(measured / sheet_value) if sheet_value else "-"
-        out.append(f"{label:<22} {rate(measured):>14}  {sheet_text:>24}  {ratio:>12}")
+        out.append(f"{label:<22} {rate(measured):>14}  {sheet_text:>24}  {ratio:>12}  {detail}")
 
-    row("memory bandwidth", peaks["bandwidth_bytes_per_s"], sheet.bandwidth_bytes_per_s if sheet else None, units.byte_rate)
-    bandwidth = peaks.get("bandwidth", {})
-    if bandwidth:
-        out.append(f"{'  copy':<22} {units.byte_rate(bandwidth['copy_bytes_per_s']):>14}   "
-                   f"({units.byte_count(bandwidth['buffer_bytes'])} buffers)")
-        out.append(f"{'  triad':<22} {units.byte_rate(bandwidth['triad_bytes_per_s']):>14}")
+    for level in peaks["levels"]:
+        label = f"bandwidth {level['name']}"
+        sheet_value = sheet.bandwidth_bytes_per_s if sheet and level is peaks["levels"][-1] else None
+        row(label, level["bandwidth_bytes_per_s"], sheet_value, units.byte_rate,
+            f"±{units.percent(peaks['bandwidth_spread'].get(level['name'], level['spread']))}, working sets {units.byte_count(level['from_bytes'])}"
+            f"-{units.byte_count(level['to_bytes'])}")
     for key, rate_value in peaks["compute_flops_per_s"].items():
-        n = peaks.get("matmul_n", {}).get(key)
-        label = f"{key} matmul" + (f" n={n}" if n else "")
-        row(label, rate_value, sheet.compute_flops_per_s.get(key) if sheet else None, units.flop_rate)
+        label = f"{key} matmul"
+        row(label, rate_value, sheet.compute_flops_per_s.get(key) if sheet else None, units.flop_rate,
+            f"±{units.percent(peaks['compute_spread'][key])}, n={peaks['matmul_n'][key]}")
+    for key, why in peaks.get("skipped_dtypes", {}).items():
+        out.append(f"{key + ' matmul':<22} {'not supported':>14}   ({why})")
     fp32 = peaks["compute_flops_per_s"].get("float32")
     if fp32:
-        out.append(f"{'ridge (float32)':<22} {units.intensity(fp32 / peaks['bandwidth_bytes_per_s']):>14}")
+        out.append(f"{'ridge (float32, DRAM)':<22} {units.intensity(fp32 / peaks['bandwidth_bytes_per_s']):>14}")
+    load = peaks["load_average_1m"]
+    if load.get("before") is not None:
+        out.append(f"load average {load['before']:.2f} before, {load['after']:.2f} after; budget {peaks['budget_s']:g} s; "
+                   f"{peaks['protocol']['rounds']} rounds; ± = how far the next-best round fell short of the best")
+    if not peaks["protocol"]["rounds_agree"]:
+        out.append("not converged: the rounds disagree by more than "
+                   f"{units.percent(2 * peaks['protocol']['converged_spread'])} (something else used the machine); "
+                   "the best figures are kept, re-run `perflsp peaks` on a quieter machine to confirm them")
     if payload.get("cache_path"):
         out.append(f"cache   {payload['cache_path']}")
     return "\n".join(out) + "\n"

@@ -81,5 +81,8 @@ def test_plot_points_cover_the_function_and_its_lines(result):
 
 def test_peaks_table(cpu_peaks):
     text = report.render_peaks({"peaks": cpu_peaks, "source": "cache", "cache_path": "/c/p.json"})
-    assert "memory bandwidth" in text and "float32 matmul" in text and "copy" in text and "triad" in text
+    assert "bandwidth DRAM" in text and "float64 matmul" in text and "float32 matmul" in text
+    assert "load average" in text and "rounds" in text
+    unconverged = dict(cpu_peaks, protocol=dict(cpu_peaks["protocol"], rounds_agree=False))
+    assert "not converged" in report.render_peaks({"peaks": unconverged, "source": "cache"})
     assert "cache   /c/p.json" in text
