@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import perflsp
+from perflsp import units
 from perflsp.profile_result import SCHEMA_VERSION, function_source_sha256
 from perflsp.runtime import roofline
-from perflsp.runtime.counting import OpRecord
-from perflsp.runtime.peaks import ceiling_for, ceilings_id
+from perflsp.runtime.counting import OpRecord, flops_uncounted
+from perflsp.runtime.peaks import ceiling_for, ceilings_id, level_for
 from perflsp.runtime.profiling import Attribution, CleanProfile, RangeTiming, SHORT_KERNEL_US, median_or_none
 from perflsp.runtime.timing import percentile
 
@@ -278,6 +279,31 @@ def _ceilings_notes(peaks: Dict[str, Any], source: str) -> List[str]:
     return notes
 
 
+def _level_notes(level: Dict[str, Any], peaks: Dict[str, Any], working_set_bytes: Optional[float]) -> List[str]:
+    """Which memory level the bandwidth ceiling is, and why: a figure above main memory's
+    bandwidth is no counting error when the data sits in a cache."""
+    if working_set_bytes is None:
+        return []
+    main = peaks["levels"][-1]
+    text = (f"working set {units.byte_count(working_set_bytes)}: judged against the {level['name']} bandwidth, "
+            f"{units.byte_rate(level['bandwidth_bytes_per_s'])} (measured for "
+            f"{units.byte_count(level['from_bytes'])}-{units.byte_count(level['to_bytes'])} working sets)")
+    if level is not main:
+        text += f", not {main['name']}'s {units.byte_rate(main['bandwidth_bytes_per_s'])}: the data stays in {level['name']}"
+    if working_set_bytes < level["from_bytes"]:
+        text += "; smaller than any measured plateau, so each op's fixed dispatch cost weighs on it"
+    return [text]
+
+
+def _uncounted_notes(records: List[OpRecord], limit: int = 6) -> List[str]:
+    missing = Counter(r.name for r in records if flops_uncounted(r))
+    if not missing:
+        return []
+    names = ", ".join(f"{name} x{count}" for name, count in missing.most_common(limit))
+    more = f" and {len(missing) - limit} more" if len(missing) > limit else ""
+    return [f"FLOPs not counted (no formula) for {names}{more}: the FLOP totals and intensity are lower bounds"]
+
+
 def build_result(inp: Inputs) -> Dict[str, Any]:
     device = inp.device["kind"]
     records = inp.attribution.records
@@ -297,7 +323,9 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
     dtype = _dominant_dtype(work)
 
     ceiling_key, peak_flops, ceiling_notes = ceiling_for(inp.peaks, dtype, inp.tf32_enabled)
-    ceilings = roofline.Ceilings(inp.peaks["bandwidth_bytes_per_s"], peak_flops, ceiling_key)
+    working_set_bytes = inp.attribution.working_set_bytes or None
+    level = level_for(inp.peaks["levels"], working_set_bytes)
+    ceilings = roofline.Ceilings(level["bandwidth_bytes_per_s"], peak_flops, ceiling_key, level["name"])
 
     stats = _line_stats(records, timings, device)
     # Shares: of the timed call for host times (calibrated onto it above); of the profiled call
@@ -330,7 +358,8 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
     )
     verdict, got = roofline.classify(figures, ceilings)
     verdict.notes = (list(inp.notes) + ceiling_notes + verdict.notes + _timing_notes(inp.timing)
-                     + _ceilings_notes(inp.peaks, inp.peaks_source))
+                     + _ceilings_notes(inp.peaks, inp.peaks_source) + _level_notes(level, inp.peaks, working_set_bytes)
+                     + _uncounted_notes(work))
 
     lines = []
     for s in stats.values():
@@ -364,7 +393,11 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
             "id": ceilings_id(inp.peaks),
             "measured_at": inp.peaks["measured_at"],
             "converged": inp.peaks["protocol"]["rounds_agree"],
-            "bandwidth_bytes_per_s": inp.peaks["bandwidth_bytes_per_s"],
+            "level": {"name": level["name"], "bandwidth_bytes_per_s": level["bandwidth_bytes_per_s"],
+                      "working_set_bytes": working_set_bytes},
+            "levels": [{k: lv[k] for k in ("name", "from_bytes", "to_bytes", "bandwidth_bytes_per_s")}
+                       for lv in inp.peaks["levels"]],
+            "bandwidth_bytes_per_s": ceilings.bandwidth_bytes_per_s,
             "compute_flops_per_s": dict(inp.peaks["compute_flops_per_s"]),
             "dtype": ceiling_key,
             "peak_flops_per_s": peak_flops,

@@ -258,3 +258,34 @@ def dispatch_mode_base() -> type:
             return False
 
     return _NoDynamoDispatchMode
+
+
+def _matrix_vector_flops(matrix: Any) -> int:
+    return 2 * int(matrix.shape[0]) * int(matrix.shape[1])
+
+
+def _mv_flops(matrix: Any, vector: Any, **_: Any) -> int:
+    return _matrix_vector_flops(matrix)
+
+
+def _addmv_flops(bias: Any, matrix: Any, vector: Any, *_: Any, **__: Any) -> int:
+    return _matrix_vector_flops(matrix)  # the bias add is lower order, as FlopCounterMode does for addmm
+
+
+def _dot_flops(left: Any, right: Any, **_: Any) -> int:
+    return 2 * int(left.shape[0])
+
+
+def missing_flop_formulas() -> Dict[Any, Callable[..., int]]:
+    """FLOP formulas FlopCounterMode lacks (torch 2.13: `mv`, `addmv`, `dot`, `vdot`, so `W @ x`
+    with a 1-D `x` counted 0), 2 per multiply-add like its own, keyed like its registry.
+
+    Kept beside its registry rather than registered into it (`register_flop_formula`): the
+    profiler runs inside the user's interpreter and must not change what their own
+    FlopCounterMode reports. An op a later torch counts itself keeps torch's formula."""
+    import torch
+    from torch.utils.flop_counter import flop_registry
+
+    aten = torch.ops.aten
+    ours = {aten.mv: _mv_flops, aten.addmv: _addmv_flops, aten.dot: _dot_flops, aten.vdot: _dot_flops}
+    return {packet: formula for packet, formula in ours.items() if packet not in flop_registry}

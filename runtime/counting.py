@@ -5,8 +5,8 @@ Used only in the attribution pass, never while timing: every op pays a Python ro
 Conventions (also in docs/profiling.md):
 - FLOPs, 2 per multiply-add. Matmul-family ops (mm, bmm, addmm, baddbmm, convolutions, scaled
   dot-product and flex attention, `_scaled_mm`) use FlopCounterMode's own formula registry, so
-  they match `torch.utils.flop_counter.FlopCounterMode` exactly. FlopCounterMode counts nothing
-  else; here pointwise ops count 1 FLOP per output element, reductions and normalizations
+  they match `torch.utils.flop_counter.FlopCounterMode` exactly; `mv`, `addmv`, `dot`, `vdot`,
+  which it misses, use `compat.missing_flop_formulas`. FlopCounterMode counts nothing else; here pointwise ops count 1 FLOP per output element, reductions and normalizations
   (softmax, layer/batch/group norm) 1 FLOP per input element, and pure data movement (copies,
   clones, fills) 0. Without this, memory-bound code would show an intensity of 0.
 - Bytes, an estimate: every distinct storage an op reads plus every distinct storage it writes,
@@ -208,10 +208,17 @@ class OpCounter:
         self.time_ops = time_ops
         self.records: List[OpRecord] = []
         self.backward_line: Optional[int] = None
-        self._flop_registry = flop_registry
+        self._flop_registry = {**flop_registry, **compat.missing_flop_formulas()}
+        self._storages: Dict[Tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._mode = None
         self._patches: List[Tuple[Any, str, Any]] = []
+
+    @property
+    def working_set_bytes(self) -> int:
+        """Distinct storage bytes the counted ops touched (a buffer freed and reallocated at the
+        same address counts once): what must fit in a cache level for the call to run from it."""
+        return sum(self._storages.values())
 
     # --- activation ---------------------------------------------------------------------------
 
@@ -307,6 +314,11 @@ class OpCounter:
             record.dtype = record.dtype or f"unknown ({type(exc).__name__})"
         return out
 
+    def _remember_storages(self, tensors: List[Any]) -> None:
+        for tensor in tensors:
+            key = compat.storage_key(tensor)
+            self._storages[key] = max(self._storages.get(key, 0), touched_bytes(tensor))
+
     def _describe(self, record: OpRecord, func: Any, packet: Any, short_name: str,
                   args: Tuple[Any, ...], kwargs: Dict[str, Any], out: Any) -> None:
         import torch
@@ -345,6 +357,7 @@ class OpCounter:
             record.bytes_read = _storage_bytes(reads)
             if short_name not in UNTOUCHED_FACTORY_OPS:
                 record.bytes_written = _storage_bytes(outputs)
+                self._remember_storages(reads + outputs)
             if short_name == "_local_scalar_dense" and inputs:
                 record.bytes_read = inputs[0].element_size()
 
@@ -361,6 +374,13 @@ class OpCounter:
                 record.device = next(iter(in_devices - {"cpu"}))
         elif short_name in DATA_DEPENDENT_OPS or _is_data_dependent(short_name, func, args, kwargs):
             record.sync_kind = "data-dependent-shape"
+
+
+def flops_uncounted(record: OpRecord) -> bool:
+    """An op that does arithmetic no formula or convention here counts (sort, cumsum, gather, ...)."""
+    short_name = record.name.split("::")[-1]
+    return (record.flop_kind is None and record.bytes > 0 and not record.transfer and record.sync_kind is None
+            and short_name not in DATA_MOVEMENT_OPS and short_name not in WRITE_ONLY_SELF_OPS)
 
 
 def _is_data_dependent(short_name: str, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:

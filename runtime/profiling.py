@@ -400,6 +400,7 @@ class Attribution:
     records: List[OpRecord]
     timings: Dict[int, RangeTiming]
     wall_us: float  # the instrumented call's window (slower than a real call)
+    working_set_bytes: float = 0.0  # distinct storage bytes one call touched
 
 
 def run_attribution(call: Callable[[], Any], target_file: str, device: str, n_calls: int = 1) -> Attribution:
@@ -417,11 +418,12 @@ def run_attribution(call: Callable[[], Any], target_file: str, device: str, n_ca
                 call()
             walls.append((time.perf_counter() - started) * 1e6)
             passes.append(counter.records)
+            working_set_bytes = counter.working_set_bytes
         records = passes[0]
         same_ops = all([r.name for r in p] == [r.name for r in records] for p in passes)
         usable = passes if same_ops else passes[:1]  # data-dependent control flow: first call only
         timings = {r.index: RangeTiming(cpu_us=min(p[r.index].host_us for p in usable)) for r in records}
-        return Attribution(records, timings, _median(walls))
+        return Attribution(records, timings, _median(walls), working_set_bytes)
 
     from torch.autograd.profiler import record_function
 
@@ -436,7 +438,8 @@ def run_attribution(call: Callable[[], Any], target_file: str, device: str, n_ca
             synchronize(device)
     events = list(compat.profiler_events(prof))
     windows = call_windows(events)
-    return Attribution(counter.records, analyze_attribution_events(events), windows[0].length_us if windows else 0.0)
+    return Attribution(counter.records, analyze_attribution_events(events), windows[0].length_us if windows else 0.0,
+                       counter.working_set_bytes)
 
 
 def median_or_none(values: Sequence[float]) -> Optional[float]:

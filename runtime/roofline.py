@@ -81,6 +81,7 @@ class Ceilings:
     bandwidth_bytes_per_s: float
     peak_flops_per_s: float
     dtype_key: str  # which compute ceiling: float32, tf32, bfloat16, ...
+    level: str = "DRAM"  # the memory level whose bandwidth this is (where the working set fits)
 
     @property
     def ridge_flop_per_byte(self) -> float:
@@ -226,7 +227,7 @@ def classify(fig: CallFigures, ceilings: Ceilings) -> Tuple[Verdict, Attained]:
         if regime == "memory-bound":
             summary = (f"memory-bound: {units.byte_rate(got.attained_bytes_per_s)} = "
                        f"{units.percent(got.bandwidth_fraction)} of the measured "
-                       f"{units.byte_rate(ceilings.bandwidth_bytes_per_s)}; {ai_text}, ridge {units.intensity(ridge)} "
+                       f"{units.byte_rate(ceilings.bandwidth_bytes_per_s)} ({ceilings.level}); {ai_text}, ridge {units.intensity(ridge)} "
                        f"({ceilings.dtype_key})")
         else:
             summary = (f"compute-bound: {units.flop_rate(got.attained_flops_per_s)} = "
@@ -237,9 +238,9 @@ def classify(fig: CallFigures, ceilings: Ceilings) -> Tuple[Verdict, Attained]:
                        f"{units.duration_us(fig.median_us)}")
         fraction = got.bandwidth_fraction if regime == "memory-bound" else got.flops_fraction
         if fraction is not None and fraction > OVER_CEILING:
-            notes.append(f"attained {units.percent(fraction)} of the measured ceiling: the FLOP/byte count "
-                         "over-estimates (cache reuse, fused kernels) or the ceiling was measured under load; "
-                         "re-measure with `perflsp peaks`")
+            notes.append(f"attained {units.percent(fraction)} of the measured ceiling ({ceilings.level} bandwidth for "
+                         "memory): the FLOP/byte count over-estimates (reuse within a smaller cache level, fused "
+                         "kernels) or the ceiling was measured under load; re-measure with `perflsp peaks`")
         if fig.device == "cuda" and got.roofline_efficiency is not None and got.roofline_efficiency < GPU_LOW_EFFICIENCY:
             notes.append(f"{units.percent(got.roofline_efficiency)} of the roofline: latency-bound or "
                          "under-occupied (too little parallel work per kernel)")
