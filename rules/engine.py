@@ -15,7 +15,7 @@ import libcst as cst
 
 from perflsp.config import Settings
 from perflsp.findings import Edit, Finding, Fix, HotContext, Location, rule_url
-from perflsp.rules import precedence, suppress
+from perflsp.rules import limits, precedence, suppress
 from perflsp.rules.context import ModuleContext
 from perflsp.rules.hotness import COLD_CODE, Hot, HotMap
 from perflsp.rules.registry import enabled_rules, outranking_rules
@@ -38,12 +38,20 @@ def check_source(source: str, path: str, settings: Settings,
     comments = suppress.comments_by_row(source)
     if suppress.ignores_file(source, comments):
         return []
+    too_deep = limits.excess(source)  # libcst would crash the process or take minutes on it
+    if too_deep is not None:
+        return [not_analysed(path, too_deep.row, too_deep.column, too_deep.message)]
     try:
-        module = cst.parse_module(source)
+        return _check_module(cst.parse_module(source), source, path, settings, line_label, facts, comments)
     except cst.ParserSyntaxError as exc:
         return [_syntax_error(source, path, exc)]
-    except RecursionError:
-        return [syntax_error(path, 1, 0, "the file is nested too deeply for the parser")]
+    except RecursionError:  # within the limits, yet deeper than Python's stack allows a walk of the tree
+        return [not_analysed(path, 1, 0, "too deeply nested to analyse; perflsp skipped this file")]
+
+
+def _check_module(module: cst.Module, source: str, path: str, settings: Settings,
+                  line_label: Optional[Callable[[int], str]], facts: Optional[Dict[str, Any]],
+                  comments: Dict[int, str]) -> List[Finding]:
     label = line_label or (lambda row: f"line {row}")
     hot = HotMap(facts, source.splitlines(), label) if facts else HotMap.for_source(source, path, settings, label)
     ctx = ModuleContext(module, settings, hot, path, label)
@@ -52,6 +60,8 @@ def check_source(source: str, path: str, settings: Settings,
     for rule in [*enabled, *outranking_rules(settings, path)]:
         try:
             candidates.extend((rule, report) for report in rule.check(ctx))
+        except RecursionError:
+            raise  # the file is too deep for every rule: one PFL000, not a traceback per rule
         except Exception:  # a rule bug must cost one rule on one file, never the whole run
             log.exception("perflsp: rule %s failed on %s; its findings for this file are skipped", rule.code, path)
             candidates = [r for r in candidates if r[0] is not rule]
@@ -93,8 +103,13 @@ def _nodes_to_locate(candidates) -> Iterator[cst.CSTNode]:
 
 
 def syntax_error(path: str, row: int, column: int, message: str) -> Finding:
+    return not_analysed(path, row, column, f"SyntaxError: {message}")
+
+
+def not_analysed(path: str, row: int, column: int, message: str) -> Finding:
+    """PFL000: the file was not analysed (it does not parse, or is beyond what the parser can take)."""
     return Finding(
-        code=SYNTAX_ERROR, name="syntax-error", message=f"SyntaxError: {message}", filename=path,
+        code=SYNTAX_ERROR, name="syntax-error", message=message, filename=path,
         start=Location(row, column), end=Location(row, column + 1), severity="error", url=None,
     )
 

@@ -7,11 +7,15 @@ re-checking an unchanged tree costs little more than starting Python.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+import multiprocessing
 import os
+import signal
 import subprocess
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -161,6 +165,10 @@ def _check_one(path: str, overrides: Mapping[str, Any], facts: Optional[Dict[str
     return path, [f.to_dict() for f in findings], None
 
 
+def _crash_message(why: str) -> str:
+    return f"skipped: analysing this file crashed perflsp's worker process ({why}); please report it"
+
+
 def content_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
@@ -258,7 +266,8 @@ def check_paths(files: Sequence[Path], overrides: Mapping[str, Any] = {}, jobs: 
 
             for distinct in {settings(Path(p)) for p, _ in work}:
                 validate(distinct)  # a config error stops the run before any work, with its message
-        outcomes = pool.map(_check_one, [p for p, _ in work], [overrides] * len(work), [f for _, f in work])
+        outcomes = pool.map(_check_one, [(p, overrides, f) for p, f in work],
+                            crashed=lambda row, why: (row[0], [], _crash_message(why)))
         for path, dicts, error in outcomes:
             results[path] = FileResult(path, [Finding.from_dict(d) for d in dicts], error)
             digest = known[path][0]
@@ -290,7 +299,8 @@ def _project_facts(files: Sequence[Path], overrides: Mapping[str, Any], pool: "_
             summaries[str(path)] = (digest, found, None)
         else:
             todo.append(str(path))
-    for path, digest, summary, error in pool.map(_summarize_one, todo):
+    for path, digest, summary, error in pool.map(_summarize_one, [(p,) for p in todo],
+                                                 crashed=lambda row, why: (row[0], None, None, _crash_message(why))):
         summaries[path] = (digest, summary, error)
         if cache is not None and summary is not None and digest is not None:
             cache.put(Path(path), digest, summary=summary)
@@ -325,8 +335,15 @@ def project_measured(files: Iterable[Path], overrides: Mapping[str, Any] = {}):
     return verdicts_for({Path(root) for root in {settings(path).root for path in files} if root})
 
 
+Row = Tuple[Any, ...]  # the arguments of one call of a worker function
+
+
 class _Pool:
-    """Worker processes when there is enough work for them, else the calling process."""
+    """Worker processes when there is enough work for them, else the calling process.
+
+    A worker that dies (a crash in native code: libcst's parser is Rust) costs only the file it was
+    on: the rows it left unfinished run again one process each, and the row whose process dies
+    too gets `crashed(row, why)` in place of its result."""
 
     def __init__(self, jobs: int):
         self.jobs = jobs
@@ -339,11 +356,77 @@ class _Pool:
         if self.executor is not None:
             self.executor.shutdown()
 
-    def map(self, fn, *iterables) -> List[Any]:
-        columns = [list(i) for i in iterables]
-        count = len(columns[0]) if columns else 0
-        if self.jobs == 1 or count < 2:
-            return [fn(*args) for args in zip(*columns)]
+    def map(self, fn: Callable[..., Any], rows: Sequence[Row], crashed: Callable[[Row, str], Any]) -> List[Any]:
+        if self.jobs == 1 or len(rows) < 2:
+            return [fn(*row) for row in rows]
         if self.executor is None:
             self.executor = ProcessPoolExecutor(max_workers=self.jobs)
-        return list(self.executor.map(fn, *columns, chunksize=max(1, count // (self.jobs * 8))))
+        futures = [self._submit(fn, row) for row in rows]
+        results = []
+        for row, future in zip(rows, futures):
+            try:
+                results.append(future.result())
+            except BrokenProcessPool:
+                results.append(self._alone(fn, row, crashed))
+        return results
+
+    def _submit(self, fn: Callable[..., Any], row: Row) -> "Future[Any]":
+        try:
+            return self.executor.submit(fn, *row)  # type: ignore[union-attr]
+        except BrokenProcessPool as exc:  # broke while the rest was being handed out
+            failed: "Future[Any]" = Future()
+            failed.set_exception(exc)
+            return failed
+
+    def _alone(self, fn: Callable[..., Any], row: Row, crashed: Callable[[Row, str], Any]) -> Any:
+        if self.executor is not None:  # broken for good: the next map gets a fresh pool
+            self.executor.shutdown()
+            self.executor = None
+            for module in _WORKER_MODULES:  # forked processes then start with them (3 ms, not 140)
+                importlib.import_module(module)
+        finished, outcome = _in_own_process(fn, row)
+        if not finished:
+            return crashed(row, outcome)
+        return outcome
+
+
+_WORKER_MODULES = ("perflsp.rules.engine", "perflsp.rules.project", "perflsp.rules.summary")
+
+
+def _in_own_process(fn: Callable[..., Any], row: Row) -> Tuple[bool, Any]:
+    """`fn(*row)` in a process of its own: (True, its result), or (False, how the process died).
+    An exception `fn` raises is raised here, as the pool would."""
+    context = multiprocessing.get_context()
+    receiving, sending = context.Pipe(duplex=False)
+    process = context.Process(target=_send_outcome, args=(sending, fn, row), daemon=True)
+    process.start()
+    sending.close()
+    try:
+        raised, value = receiving.recv()
+    except EOFError:  # it died before it could answer
+        process.join()
+        return False, _death(process.exitcode)
+    finally:
+        receiving.close()
+    process.join()
+    if raised:
+        raise value
+    return True, value
+
+
+def _send_outcome(connection: Any, fn: Callable[..., Any], row: Row) -> None:
+    try:
+        outcome = (False, fn(*row))
+    except Exception as exc:
+        outcome = (True, exc)
+    connection.send(outcome)
+    connection.close()
+
+
+def _death(exitcode: Optional[int]) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"

@@ -1,0 +1,73 @@
+"""Hostile input never costs the rest of a run: files past what the parser takes, a worker that
+crashes, symbolic link loops, malformed notebooks, a damaged cache; and --fix / --add-noqa keep
+the bytes they do not mean to change."""
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import json
+import multiprocessing
+import os
+import time
+
+import pytest
+
+from perflsp.rules import runner
+from tests.cli.test_check import LOOP_ITEM
+
+
+def _findings(result):
+    assert result.returncode in (0, 1), result.stderr
+    return json.loads(result.stdout)
+
+
+def _by_file(findings):
+    out = {}
+    for finding in findings:
+        out.setdefault(os.path.basename(finding["filename"]), []).append(finding)
+    return out
+
+
+# --- items 3 and 4: past what the parser takes ------------------------------------------------------
+
+def test_files_too_deep_or_too_long_for_the_parser_are_one_pfl000_each_and_the_rest_is_checked(perflsp_cli, tmp_path):
+    # libcst's native parser kills the process at ~1,300 nested brackets (the pool broke: no findings
+    # for any file) and takes minutes on a 20,000-term sum.
+    (tmp_path / "deep.py").write_text("x = 1\ny = " + "(" * 3000 + "1" + ")" * 3000 + "\n")
+    (tmp_path / "deep_fstring.py").write_text('y = f"{' + "[" * 3000 + "1" + "]" * 3000 + '}"\n')
+    (tmp_path / "unclosed.py").write_text("y = " + "f(" * 3000 + "\n")
+    (tmp_path / "long.py").write_text("y = " + " + ".join(["a"] * 20_000) + "\n")
+    (tmp_path / "loop.py").write_text(LOOP_ITEM)
+    (tmp_path / "loop2.py").write_text(LOOP_ITEM)
+    started = time.monotonic()
+    found = _by_file(_findings(perflsp_cli("check", ".", "--output-format", "json", "--no-cache", "--jobs", "2")))
+    assert time.monotonic() - started < 60
+    assert [f["code"] for f in found["loop.py"]] == [f["code"] for f in found["loop2.py"]] == ["PFL101"]
+    for name in ("deep.py", "deep_fstring.py", "unclosed.py"):
+        [finding] = found[name]
+        assert finding["code"] == "PFL000" and "too deeply nested to analyse" in finding["message"], finding
+    # at the place the limit is passed: the 101st bracket of row 2
+    assert found["deep.py"][0]["location"] == {"row": 2, "column": 4 + 100 + 1}
+    [long] = found["long.py"]
+    assert long["code"] == "PFL000" and long["location"]["row"] == 1
+    assert "expression too long to analyse" in long["message"] and "skipped this file" in long["message"]
+
+
+def _crash_on_marked_files(text, path, settings, facts=None):
+    if path.endswith("crash.py"):
+        faulthandler.disable()  # pytest's handler would print the worker's stack
+        ctypes.string_at(0)  # a segmentation fault, as in native code
+    return []
+
+
+@pytest.mark.skipif(multiprocessing.get_start_method() != "fork", reason="the patch reaches workers by fork")
+def test_a_worker_that_crashes_costs_only_its_own_file(tmp_path, monkeypatch):
+    files = []
+    for name in ("a.py", "crash.py", "b.py", "c.py", "d.py"):
+        files.append(tmp_path / name)
+        files[-1].write_text(LOOP_ITEM)
+    monkeypatch.setattr(runner, "check_text", _crash_on_marked_files)
+    results = {os.path.basename(r.path): r for r in runner.check_paths(files, jobs=2)}
+    assert results["crash.py"].error == ("skipped: analysing this file crashed perflsp's worker process "
+                                         "(killed by SIGSEGV); please report it")
+    assert all(r.error is None for name, r in results.items() if name != "crash.py")

@@ -1,0 +1,48 @@
+"""The parser's limits (`perflsp.rules.limits`): code as deep as real code gets is analysed, code
+past the limits is one PFL000 where it goes past, measured without parsing."""
+from __future__ import annotations
+
+import pytest
+
+from perflsp.config import Settings
+from perflsp.rules.engine import check_source
+from perflsp.rules.limits import MAX_BRACKETS, MAX_CHAIN, excess
+
+LOOP = "import torch\nfor b in loader:\n    x = {}\n"
+
+
+def _codes(expression):
+    return [f.code for f in check_source(LOOP.format(expression), "m.py", Settings())]
+
+
+@pytest.mark.parametrize("expression", [
+    "(" * (MAX_BRACKETS - 2) + "b.item()" + ")" * (MAX_BRACKETS - 2),  # the call's own bracket makes MAX_BRACKETS
+    "[" * (MAX_BRACKETS - 1) + "b.item()" + "]" * (MAX_BRACKETS - 1),
+    " + ".join(["b.item()"] * (MAX_CHAIN - 1)),  # a call in each term is a level on that term only
+    "b" + ".t" * (MAX_CHAIN - 2) + ".item()",
+    "-" * (MAX_CHAIN - 2) + "b.item()",
+    'f"{' + " + ".join(["a"] * (MAX_CHAIN // 2)) + '}" + str(b.item())',
+], ids=["parentheses", "lists", "sum", "attributes", "unary", "f-string"])
+def test_code_at_the_limits_is_analysed(expression):
+    assert "PFL101" in _codes(expression) and "PFL000" not in _codes(expression)
+
+
+@pytest.mark.parametrize("expression, row, column", [
+    ("(" * (MAX_BRACKETS + 1) + "1" + ")" * (MAX_BRACKETS + 1), 3, 8 + MAX_BRACKETS),
+    ("f(" * 3000, 3, 8 + 2 * MAX_BRACKETS + 1),  # never closed: measured up to where the tokenizer stops
+    (" + ".join(["a"] * (MAX_CHAIN + 2)), 3, 8 + 4 * MAX_CHAIN + 2),
+    ("lambda a, b: " * (MAX_CHAIN + 1) + "1", 3, 8 + 13 * MAX_CHAIN),  # a lambda's commas do not end the chain
+    ('f"{' + "(" * (MAX_BRACKETS + 1) + '1}"', 3, 8),  # fields are code, counted inside the string's token
+], ids=["parentheses", "unclosed", "sum", "lambdas", "f-string"])
+def test_code_past_the_limits_is_one_pfl000_where_it_goes_past(expression, row, column):
+    [finding] = check_source(LOOP.format(expression), "m.py", Settings())
+    assert finding.code == "PFL000" and (finding.start.row, finding.start.column) == (row, column)
+    assert "perflsp skipped this file" in finding.message
+
+
+def test_text_that_only_looks_deep_is_not_measured():
+    quoted = '"' + "(" * 500 + '"'
+    escaped = 'f"' + "{{" * 500 + "(" * 500 + '"'
+    commented = "# " + "(" * 500
+    separated = ", ".join(["a.b + c"] * 5000)  # long, but flat: elements are siblings
+    assert excess("\n".join(["x = " + quoted, "y = " + escaped, commented, "z = [" + separated + "]"])) is None

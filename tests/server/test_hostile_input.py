@@ -1,0 +1,24 @@
+"""The server analyses in its own process: a document past what the parser takes is one PFL000,
+never a crash that takes the editor's server down."""
+from __future__ import annotations
+
+import pytest
+
+from tests.server.conftest import NEOVIM, TRAIN
+
+pytestmark = pytest.mark.filterwarnings("error::pytest_lsp.LspSpecificationWarning")
+
+DEEP = "x = " + "(" * 3000 + "1" + ")" * 3000 + "\n"
+LONG = "x = " + " + ".join(["a"] * 20_000) + "\n"
+
+
+async def test_documents_too_deep_or_too_long_for_the_parser_leave_the_server_running(shared):
+    session = await shared(NEOVIM)
+    deep = session.open("deep.py", DEEP)
+    [too_deep] = await session.diagnostics(deep, version=1, where=lambda ds: len(ds) == 1)
+    assert too_deep.code == "PFL000" and "too deeply nested to analyse" in too_deep.message
+    long = session.open("long.py", LONG)
+    [too_long] = await session.diagnostics(long, version=1, where=lambda ds: len(ds) == 1)
+    assert too_long.code == "PFL000" and "expression too long to analyse" in too_long.message
+    train = session.open("train.py", TRAIN)
+    assert len(await session.diagnostics(train, version=1, where=lambda ds: len(ds) == 3)) == 3
