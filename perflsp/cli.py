@@ -135,8 +135,9 @@ def _check(args: argparse.Namespace) -> int:
     overrides = _overrides(args)
     if args.paths == ["-"]:
         return _check_stdin(args, overrides)
+    skipped: List[runner.FileResult] = []
     try:
-        files = runner.discover(args.paths, overrides, force_exclude=args.force_exclude)
+        files = runner.discover(args.paths, overrides, force_exclude=args.force_exclude, skipped=skipped)
     except FileNotFoundError as exc:
         print(f"perflsp: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -145,7 +146,7 @@ def _check(args: argparse.Namespace) -> int:
 
     modifying = args.fix or args.diff or args.add_noqa
     cache = None if (args.no_cache or modifying) else runner.Cache(Path(args.cache_dir))
-    results = runner.check_paths(files, overrides, jobs=args.jobs, cache=cache)
+    results = skipped + runner.check_paths(files, overrides, jobs=args.jobs, cache=cache)
     for result in results:
         if result.error:
             print(f"perflsp: {result.path}: {result.error}", file=sys.stderr)

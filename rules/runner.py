@@ -6,6 +6,7 @@ re-checking an unchanged tree costs little more than starting Python.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib
 import json
@@ -25,6 +26,7 @@ from perflsp.config import Settings, settings_for
 from perflsp.findings import Finding
 
 SUFFIXES = (".py", ".pyi", ".ipynb")
+_LOOPING_LINK = "skipped: a symbolic link that loops back on itself"
 MAX_FILE_BYTES = 5 * 1024 * 1024  # larger files are generated code: parsing one would take ~minutes
 _ALWAYS_SKIPPED = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".perflsp_cache",
                    ".perflsp", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", ".nox", "build", "dist",
@@ -41,27 +43,42 @@ class FileResult:
 
 # --- discovery -----------------------------------------------------------------------------------
 
-def discover(paths: Sequence[str], overrides: Mapping[str, Any] = {}, force_exclude: bool = False) -> List[Path]:
+def discover(paths: Sequence[str], overrides: Mapping[str, Any] = {}, force_exclude: bool = False,
+             skipped: Optional[List[FileResult]] = None) -> List[Path]:
     """Python files and notebooks under `paths`; explicit file arguments are kept unless
-    `force_exclude` (what pre-commit wants: it passes every changed file by name)."""
+    `force_exclude` (what pre-commit wants: it passes every changed file by name). A symbolic link
+    that loops has nothing to read and no real path: it is left out, and added to `skipped`."""
     found: List[Path] = []
     seen = set()
     settings = _SettingsByFolder(overrides)
     for raw in paths:
         path = Path(raw)
-        if path.is_file():
-            candidates: Iterable[Path] = [] if force_exclude and settings(path).is_excluded(str(path)) else [path]
-        elif path.is_dir():
-            candidates = (p for p in _walk(path) if p.suffix in SUFFIXES
-                          and not settings(p).is_excluded(str(p)))
+        if path.is_dir():
+            candidates, excludable = [p for p in _walk(path) if p.suffix in SUFFIXES], True
+        elif path.is_file() or _loops(path):
+            candidates, excludable = [path], force_exclude
         else:
             raise FileNotFoundError(f"{raw}: no such file or directory")
         for candidate in candidates:
+            if _loops(candidate):
+                if skipped is not None:
+                    skipped.append(FileResult(str(candidate), error=_LOOPING_LINK))
+                continue
+            if excludable and settings(candidate).is_excluded(str(candidate)):
+                continue
             key = candidate.resolve()
             if key not in seen:
                 seen.add(key)
                 found.append(candidate)
     return found
+
+
+def _loops(path: Path) -> bool:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
 
 
 def _walk(root: Path) -> Iterable[Path]:
@@ -83,7 +100,7 @@ def _git_files(root: Path) -> Optional[List[Path]]:
     except (OSError, subprocess.SubprocessError):
         return None
     files = [root / name for name in out.decode("utf-8", "surrogateescape").split("\0") if name]
-    return sorted(p for p in files if p.is_file())
+    return sorted(p for p in files if p.is_file() or _loops(p))
 
 
 def _plain_walk(root: Path) -> Iterable[Path]:

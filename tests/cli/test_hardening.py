@@ -8,6 +8,7 @@ import faulthandler
 import json
 import multiprocessing
 import os
+import subprocess
 import time
 
 import pytest
@@ -71,3 +72,24 @@ def test_a_worker_that_crashes_costs_only_its_own_file(tmp_path, monkeypatch):
     assert results["crash.py"].error == ("skipped: analysing this file crashed perflsp's worker process "
                                          "(killed by SIGSEGV); please report it")
     assert all(r.error is None for name, r in results.items() if name != "crash.py")
+
+
+# --- item 5: symbolic link loops --------------------------------------------------------------------
+
+@pytest.mark.parametrize("in_git", [False, True], ids=["plain-folder", "git-work-tree"])
+def test_symlink_loops_are_skipped_with_a_message(perflsp_cli, tmp_path, in_git):
+    if in_git:
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "loop.py").write_text(LOOP_ITEM)
+    os.symlink("self.py", pkg / "self.py")
+    os.symlink("b.py", pkg / "a.py")
+    os.symlink("a.py", pkg / "b.py")
+    result = perflsp_cli("check", "pkg", "--output-format", "json", "--no-cache")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert [f["code"] for f in json.loads(result.stdout)] == ["PFL101"]
+    for name in ("a.py", "b.py", "self.py"):
+        assert f"perflsp: pkg/{name}: skipped: a symbolic link that loops back on itself" in result.stderr
+    named = perflsp_cli("check", "pkg/self.py", "--force-exclude", "--no-cache")
+    assert named.returncode == 0 and "pkg/self.py: skipped: a symbolic link that loops" in named.stderr
