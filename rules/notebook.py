@@ -33,19 +33,30 @@ class NotebookError(ValueError):
 
 
 def read_cells(text: str) -> List[Optional[str]]:
-    """Source of every cell in order; None for markdown and raw cells."""
+    """Source of every cell in order; None for markdown and raw cells. Anything but the shape
+    nbformat writes (a list of cell objects, each source a string or a list of strings) raises
+    NotebookError naming what is wrong."""
     try:
         data = json.loads(text)
-        cells = data["cells"]
-    except (ValueError, KeyError, TypeError) as exc:
+    except ValueError as exc:
         raise NotebookError(f"not a Jupyter notebook: {exc}") from None
-    out: List[Optional[str]] = []
-    for cell in cells:
-        source = cell.get("source", "")
-        if isinstance(source, list):
-            source = "".join(source)
-        out.append(source if cell.get("cell_type") == "code" else None)
-    return out
+    cells = data.get("cells") if isinstance(data, dict) else None
+    if not isinstance(cells, list):
+        raise NotebookError("not a Jupyter notebook: no list of cells")
+    return [_cell_source(number, cell) for number, cell in enumerate(cells, 1)]
+
+
+def _cell_source(number: int, cell: Any) -> Optional[str]:
+    if not isinstance(cell, dict):
+        raise NotebookError(f"not a Jupyter notebook: cell {number} is not an object")
+    if cell.get("cell_type") != "code":
+        return None
+    source = cell.get("source", "")
+    if isinstance(source, list) and all(isinstance(line, str) for line in source):
+        return "".join(source)
+    if not isinstance(source, str):
+        raise NotebookError(f"not a Jupyter notebook: the source of cell {number} is not text")
+    return source
 
 
 def _neutralise(source: str) -> str:

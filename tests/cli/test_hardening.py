@@ -93,3 +93,21 @@ def test_symlink_loops_are_skipped_with_a_message(perflsp_cli, tmp_path, in_git)
         assert f"perflsp: pkg/{name}: skipped: a symbolic link that loops back on itself" in result.stderr
     named = perflsp_cli("check", "pkg/self.py", "--force-exclude", "--no-cache")
     assert named.returncode == 0 and "pkg/self.py: skipped: a symbolic link that loops" in named.stderr
+
+
+# --- item 6: malformed notebooks --------------------------------------------------------------------
+
+@pytest.mark.parametrize("notebook, reason", [
+    ({"cells": 5}, "no list of cells"),
+    ({"cells": [None]}, "cell 1 is not an object"),
+    ({"cells": [{"cell_type": "code", "source": 7}]}, "the source of cell 1 is not text"),
+    ({"cells": [{"cell_type": "code", "source": ["x = 1\n", None]}]}, "the source of cell 1 is not text"),
+    ([], "no list of cells"),
+])
+def test_malformed_notebooks_are_reported_and_the_run_goes_on(perflsp_cli, tmp_path, notebook, reason):
+    (tmp_path / "bad.ipynb").write_text(json.dumps(notebook))
+    (tmp_path / "loop.py").write_text(LOOP_ITEM)
+    (tmp_path / "loop2.py").write_text(LOOP_ITEM)
+    result = perflsp_cli("check", ".", "--output-format", "json", "--no-cache", "--jobs", "2")
+    assert [f["code"] for f in _findings(result)] == ["PFL101", "PFL101"]
+    assert f"perflsp: bad.ipynb: not a Jupyter notebook: {reason}" in result.stderr
