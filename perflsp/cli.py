@@ -145,7 +145,7 @@ def _check(args: argparse.Namespace) -> int:
         _warn_about_preview({runner.file_settings(folder, overrides) for folder in {f.parent for f in files}})
 
     modifying = args.fix or args.diff or args.add_noqa
-    cache = None if (args.no_cache or modifying) else runner.Cache(Path(args.cache_dir))
+    cache = None if (args.no_cache or modifying) else runner.Cache(Path(args.cache_dir), warn=_warn)
     results = skipped + runner.check_paths(files, overrides, jobs=args.jobs, cache=cache)
     for result in results:
         if result.error:
@@ -199,7 +199,11 @@ def _warn_about_preview(settings: Iterable[Settings]) -> None:
     from perflsp.rules.registry import preview_warnings
 
     for message in dict.fromkeys(m for s in settings for m in preview_warnings(s)):
-        print(f"perflsp: warning: {message}", file=sys.stderr)
+        _warn(message)
+
+
+def _warn(message: str) -> None:
+    print(f"perflsp: warning: {message}", file=sys.stderr)
 
 
 def _modify(results, overrides: Dict[str, Any], args: argparse.Namespace):

@@ -7,11 +7,14 @@ re-checking an unchanged tree costs little more than starting Python.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import importlib
 import json
+import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -24,6 +27,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import perflsp
 from perflsp.config import Settings, settings_for
 from perflsp.findings import Finding
+
+log = logging.getLogger("perflsp")
 
 SUFFIXES = (".py", ".pyi", ".ipynb")
 _LOOPING_LINK = "skipped: a symbolic link that loops back on itself"
@@ -195,26 +200,53 @@ def content_digest(text: str) -> str:
 class Cache:
     """Per file, keyed by its content: the summary (valid for that content and module name) and
     the findings (valid for that content, the settings and what the project graph says of it).
-    A file of the wrong shape is discarded and rebuilt."""
 
-    def __init__(self, directory: Path):
+    What lies inside the cache folder is perflsp's own: a file or an entry of the wrong shape
+    (cut short, hand-edited, in the way) is discarded and rebuilt, with one warning naming the
+    file. The folder's own path is the user's: when a file stands there, the run goes on uncached."""
+
+    def __init__(self, directory: Path, warn: Callable[[str], None] = log.warning):
+        self.directory = directory
         self.file = directory / perflsp.__version__ / "findings.json"
-        try:
-            entries = json.loads(self.file.read_text())
-        except (OSError, ValueError):
-            entries = {}
-        self.entries: Dict[str, Dict[str, Any]] = (
-            {k: v for k, v in entries.items() if isinstance(v, dict)} if isinstance(entries, dict) else {})
+        self.warn = warn
+        self.warned = False
+        self.usable = True
         self.dirty = False
+        self.entries = self._load()
+
+    def _load(self) -> Dict[str, Dict[str, Any]]:
+        if self.directory.exists() and not self.directory.is_dir():
+            self.usable = False
+            self._warn_once(f"{self.directory} is not a folder, so the cache is off; remove it to cache again")
+            return {}
+        try:
+            data = json.loads(self.file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:  # a folder in its place, cut short, not text
+            self._discard(f"unreadable ({exc.__class__.__name__})")
+            return {}
+        if not isinstance(data, dict):
+            self._discard(f"a JSON {type(data).__name__}, not an object")
+            return {}
+        entries = {k: v for k, v in data.items() if isinstance(v, dict)}
+        if len(entries) < len(data):
+            self._discard("entries that are not objects")
+        return entries
 
     def summary(self, path: Path, digest: str, module: str) -> Optional[Dict[str, Any]]:
-        entry = self.entries.get(str(path.resolve()), {})
+        key = str(path.resolve())
+        entry = self.entries.get(key, {})
         found = entry.get("summary")
-        if entry.get("digest") != digest or not isinstance(found, dict) or found.get("module") != module:
+        if entry.get("digest") != digest or found is None:
             return None
-        from perflsp.rules.summary import VERSION
-
-        return found if found.get("version") == VERSION else None
+        template = _summary_template()
+        if isinstance(found, dict) and found.get("version") != template["version"]:
+            return None  # written by another version of `summarize`: out of date, not damaged
+        if not (isinstance(found, dict) and all(isinstance(found.get(k), type(v)) for k, v in template.items())):
+            self._discard("a summary of the wrong shape", key)
+            return None
+        return found if found["module"] == module else None
 
     def findings(self, path: Path, digest: str, key: str) -> Optional[List[Finding]]:
         entry = self.entries.get(str(path.resolve()), {})
@@ -222,7 +254,8 @@ class Cache:
             return None
         try:
             return [Finding.from_dict({**d, "filename": str(path)}) for d in entry["findings"]]
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
+            self._discard("findings of the wrong shape", str(path.resolve()))
             return None
 
     def put(self, path: Path, digest: str, **values: Any) -> None:
@@ -235,16 +268,59 @@ class Cache:
         self.dirty = True
 
     def save(self) -> None:
-        if not self.dirty:
+        if not self.dirty or not self.usable:
             return
-        self.file.parent.mkdir(parents=True, exist_ok=True)
-        gitignore = self.file.parent.parent / ".gitignore"
+        try:
+            self._write()
+        except OSError as exc:
+            self._warn_once(f"{self.file}: the cache could not be written ({exc.strerror or exc})")
+
+    def _write(self) -> None:
+        folder = self.file.parent
+        _make_way(folder, for_folder=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        gitignore = self.directory / ".gitignore"
         if not gitignore.exists():
             gitignore.write_text("# Automatically created by perflsp.\n*\n")
-        fd, tmp = tempfile.mkstemp(dir=self.file.parent, prefix=".findings-", suffix=".json")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(self.entries, fh)
-        os.replace(tmp, self.file)
+        _make_way(self.file, for_folder=False)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".findings-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(self.entries, fh)
+            os.replace(tmp, self.file)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    def _discard(self, problem: str, key: Optional[str] = None) -> None:
+        """Forget one entry (`key`) or everything read, and say so once."""
+        if key is None:
+            self.entries = {}
+        else:
+            self.entries.pop(key, None)
+        self.dirty = True  # rewritten even when no file changes, so the next run reads a good one
+        self._warn_once(f"{self.file}: {problem}; discarded, and rebuilt as files are checked")
+
+    def _warn_once(self, message: str) -> None:
+        if not self.warned:
+            self.warned = True
+            self.warn(message)
+
+
+@functools.lru_cache(maxsize=1)
+def _summary_template() -> Dict[str, Any]:
+    """A summary as this version of `summarize` writes it: the keys and value types a cached one must have."""
+    from perflsp.rules.summary import summarize
+
+    return summarize("", "template")
+
+
+def _make_way(path: Path, for_folder: bool) -> None:
+    """Remove what stands where the cache needs a folder (or a file): inside the cache, it is perflsp's."""
+    if for_folder and path.exists() and not path.is_dir():
+        path.unlink()
+    elif not for_folder and path.is_dir():
+        shutil.rmtree(path)
 
 
 # --- many files ------------------------------------------------------------------------------------

@@ -111,3 +111,60 @@ def test_malformed_notebooks_are_reported_and_the_run_goes_on(perflsp_cli, tmp_p
     result = perflsp_cli("check", ".", "--output-format", "json", "--no-cache", "--jobs", "2")
     assert [f["code"] for f in _findings(result)] == ["PFL101", "PFL101"]
     assert f"perflsp: bad.ipynb: not a Jupyter notebook: {reason}" in result.stderr
+
+
+# --- item 7: a damaged cache ------------------------------------------------------------------------
+
+def _damage(cache_file, how):
+    if how == "a-list":
+        cache_file.write_text("[]")
+    elif how == "cut-short":
+        cache_file.write_text(cache_file.read_text()[:40])
+    elif how == "entry-without-code":
+        entries = json.loads(cache_file.read_text())
+        for entry in entries.values():
+            for finding in entry.get("findings", []):
+                del finding["code"]
+        cache_file.write_text(json.dumps(entries))
+    elif how == "summary-without-its-keys":
+        entries = json.loads(cache_file.read_text())
+        for entry in entries.values():
+            entry["summary"] = {k: entry["summary"][k] for k in ("version", "module")}
+        cache_file.write_text(json.dumps(entries))
+    elif how == "findings-json-a-folder":
+        cache_file.unlink()
+        (cache_file / "inside").mkdir(parents=True)
+    elif how == "version-folder-a-file":
+        for item in cache_file.parent.iterdir():
+            item.unlink()
+        cache_file.parent.rmdir()
+        cache_file.parent.write_text("x")
+
+
+@pytest.mark.parametrize("how", ["a-list", "cut-short", "entry-without-code", "summary-without-its-keys",
+                                 "findings-json-a-folder", "version-folder-a-file"])
+def test_a_damaged_cache_is_discarded_rebuilt_and_named_once(perflsp_cli, tmp_path, how):
+    (tmp_path / "loop.py").write_text(LOOP_ITEM)
+    (tmp_path / "loop2.py").write_text(LOOP_ITEM)
+    first = perflsp_cli("check", ".", "--output-format", "json")
+    cache_file = next((tmp_path / ".perflsp_cache").glob("*/findings.json"))
+    _damage(cache_file, how)
+    damaged = perflsp_cli("check", ".", "--output-format", "json")
+    assert damaged.stdout == first.stdout and damaged.returncode == 1
+    [warning] = damaged.stderr.splitlines()
+    assert warning.startswith(f"perflsp: warning: {cache_file.relative_to(tmp_path)}: "), warning
+    assert warning.endswith("; discarded, and rebuilt as files are checked")
+    assert isinstance(json.loads(cache_file.read_text()), dict)
+    again = perflsp_cli("check", ".", "--output-format", "json")
+    assert again.stdout == first.stdout and again.stderr == ""
+
+
+def test_a_file_where_the_cache_folder_goes_is_left_alone_and_the_run_is_uncached(perflsp_cli, tmp_path):
+    (tmp_path / "loop.py").write_text(LOOP_ITEM)
+    (tmp_path / ".perflsp_cache").write_text("someone's notes\n")
+    for _ in range(2):
+        result = perflsp_cli("check", ".", "--output-format", "json")
+        assert [f["code"] for f in _findings(result)] == ["PFL101"]
+        assert result.stderr == ("perflsp: warning: .perflsp_cache is not a folder, so the cache is off; "
+                                 "remove it to cache again\n")
+    assert (tmp_path / ".perflsp_cache").read_text() == "someone's notes\n"
