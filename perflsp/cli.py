@@ -238,7 +238,7 @@ def _modify(results, overrides: Dict[str, Any], args: argparse.Namespace):
             would_change = True
             sys.stdout.write(unified_diff(old, new, result.path))
             continue
-        path.write_text(new, encoding="utf-8")
+        runner.write_text(path, new)
         result.findings = remaining
     if args.add_noqa and not args.diff:
         print(f"Added {fixed_count} noqa directives.", file=sys.stderr)

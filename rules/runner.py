@@ -6,6 +6,7 @@ re-checking an unchanged tree costs little more than starting Python.
 """
 from __future__ import annotations
 
+import codecs
 import errno
 import functools
 import hashlib
@@ -158,6 +159,14 @@ def read_text(path: Path) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ValueError(f"skipped: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write `text` over `path` as UTF-8 with its line breaks as they are, keeping the byte order
+    mark the file starts with (`read_text` leaves it out of the text)."""
+    with path.open("rb") as fh:
+        bom = fh.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8
+    path.write_bytes((codecs.BOM_UTF8 if bom else b"") + text.encode("utf-8"))
 
 
 def _summarize_one(path: str) -> Tuple[str, Optional[str], Optional[Dict[str, Any]], Optional[str]]:

@@ -168,3 +168,16 @@ def test_a_file_where_the_cache_folder_goes_is_left_alone_and_the_run_is_uncache
         assert result.stderr == ("perflsp: warning: .perflsp_cache is not a folder, so the cache is off; "
                                  "remove it to cache again\n")
     assert (tmp_path / ".perflsp_cache").read_text() == "someone's notes\n"
+
+
+# --- item 9: --fix keeps the bytes it does not fix ----------------------------------------------------
+
+def test_fix_keeps_a_byte_order_mark_and_crlf_line_endings(perflsp_cli, tmp_path):
+    source = ("import torch as th\n\ndef fresh_hidden(batch, size):\n"
+              "    return th.cuda.FloatTensor(batch, size).zero_()\n")
+    target = tmp_path / "hidden.py"
+    target.write_bytes(b"\xef\xbb\xbf" + source.replace("\n", "\r\n").encode())
+    result = perflsp_cli("check", "hidden.py", "--fix", "--no-cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+    fixed = source.replace("th.cuda.FloatTensor(batch, size)", 'th.empty(batch, size, dtype=th.float32, device="cuda")')
+    assert target.read_bytes() == b"\xef\xbb\xbf" + fixed.replace("\n", "\r\n").encode()
