@@ -213,7 +213,7 @@ def _modify(results, overrides: Dict[str, Any], args: argparse.Namespace):
     from perflsp.rules import runner
     from perflsp.rules.fixes import add_noqa, fix_text
 
-    fixed_count, would_change = 0, False
+    fixed_count, directives, would_change = 0, 0, False
     for result in results:
         if not result.findings or result.error:
             continue
@@ -224,16 +224,17 @@ def _modify(results, overrides: Dict[str, Any], args: argparse.Namespace):
             if result.path.endswith(".ipynb"):
                 print(f"perflsp: {result.path}: --add-noqa does not edit notebooks", file=sys.stderr)
                 continue
-            new, remaining, applied = add_noqa(old, result.findings), [], len(result.findings)
+            (new, added), remaining, fixed = add_noqa(old, result.findings), [], []
         else:
             new, fixed, remaining = fix_text(old, result.path, settings, unsafe=args.unsafe_fixes)
-            applied = len(fixed)
+            added = 0
             if args.show_fixes:
                 for finding in fixed:
                     print(f"{result.path}:{finding.start.row}: fixed {finding.code} ({finding.fix.message})", file=sys.stderr)
         if new == old:
             continue
-        fixed_count += applied
+        fixed_count += len(fixed)
+        directives += added
         if args.diff:
             would_change = True
             sys.stdout.write(unified_diff(old, new, result.path))
@@ -241,7 +242,7 @@ def _modify(results, overrides: Dict[str, Any], args: argparse.Namespace):
         runner.write_text(path, new)
         result.findings = remaining
     if args.add_noqa and not args.diff:
-        print(f"Added {fixed_count} noqa directives.", file=sys.stderr)
+        print(f"Added {directives} noqa directive{'' if directives == 1 else 's'}.", file=sys.stderr)
     return fixed_count, would_change
 
 

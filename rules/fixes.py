@@ -1,21 +1,19 @@
 """Applying fixes to source text, to a fixed point, the way `ruff --fix` does."""
 from __future__ import annotations
 
-import io
-import re
 import tokenize
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Set, Tuple
 
 import libcst as cst
 
 from perflsp.config import Settings
 from perflsp.findings import Edit, Finding
 from perflsp.rules.engine import SYNTAX_ERROR, check_source
+from perflsp.rules.lines import BREAK, split_lines
 from perflsp.rules.notebook import Program, check_cells, read_cells, write_cells
-from perflsp.rules.suppress import with_noqa
+from perflsp.rules.suppress import CommentPlaces, comment_places, with_noqa
 
 MAX_ROUNDS = 10
-_NEWLINE = re.compile(r"\r\n?|\n")
 
 
 def applies(finding: Finding, unsafe: bool) -> bool:
@@ -24,8 +22,7 @@ def applies(finding: Finding, unsafe: bool) -> bool:
 
 def apply_edits(source: str, edits: Sequence[Edit]) -> str:
     """Apply non-overlapping edits (rows 1-based, columns in code points)."""
-    # Rows end where libcst and LSP end them (\n, \r\n, \r), not at every `str.splitlines` break.
-    starts = [0] + [m.end() for m in _NEWLINE.finditer(source)]
+    starts = [0] + [m.end() for m in BREAK.finditer(source)]  # the engine's rows (see `lines`)
 
     def offset(row: int, column: int) -> int:
         return min(starts[row - 1] + column, len(source)) if row - 1 < len(starts) else len(source)
@@ -103,30 +100,24 @@ def fix_text(text: str, path: str, settings: Settings, unsafe: bool = False) -> 
     return text, fixed, findings
 
 
-def add_noqa(source: str, findings: Sequence[Finding]) -> str:
-    """Add `# noqa: CODE` on each finding's line (the end of a multi-line string when it starts in one)."""
-    codes_by_row: Dict[int, set] = {}
-    string_ends = _multiline_string_ends(source)
+def add_noqa(source: str, findings: Sequence[Finding]) -> Tuple[str, int]:
+    """`source` with `# noqa: CODE` for each finding, and how many rows got one. The comment goes
+    at the end of the finding's row, or of the first row after it that can end in a comment (a row
+    ending inside a multi-line string, or with a backslash, cannot); there it suppresses the finding."""
+    try:
+        places = comment_places(source)
+    except (tokenize.TokenError, SyntaxError):
+        places = CommentPlaces({}, {})
+    codes_by_row: Dict[int, Set[str]] = {}
     for finding in findings:
-        if finding.code == SYNTAX_ERROR:
-            continue
-        row = string_ends.get(finding.start.row, finding.start.row)
-        codes_by_row.setdefault(row, set()).add(finding.code)
-    lines = source.splitlines(keepends=True)
+        if finding.code != SYNTAX_ERROR:
+            codes_by_row.setdefault(places.holder(finding.start.row), set()).add(finding.code)
+    lines = split_lines(source)
+    added = 0
     for row, codes in codes_by_row.items():
         if row <= len(lines):
-            lines[row - 1] = with_noqa(lines[row - 1], codes)
-    return "".join(lines)
-
-
-def _multiline_string_ends(source: str) -> Dict[int, int]:
-    """Rows that end inside a multi-line string, mapped to the row where that string ends."""
-    out: Dict[int, int] = {}
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.STRING and token.end[0] > token.start[0]:
-                for row in range(token.start[0], token.end[0]):
-                    out[row] = token.end[0]
-    except (tokenize.TokenError, SyntaxError):
-        pass
-    return out
+            comment = places.comments.get(row)
+            new = with_noqa(lines[row - 1], codes, comment[0] if comment else None)
+            added += new != lines[row - 1]
+            lines[row - 1] = new
+    return "".join(lines), added

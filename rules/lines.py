@@ -9,9 +9,20 @@ from __future__ import annotations
 import io
 import re
 import tokenize
-from typing import Iterator
+from typing import Iterator, List
 
 BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(source: str) -> List[str]:
+    """The rows of `source`, each with its own line break (the last one may have none)."""
+    lines, start = [], 0
+    for match in BREAK.finditer(source):
+        lines.append(source[start:match.end()])
+        start = match.end()
+    if start < len(source):
+        lines.append(source[start:])
+    return lines
 
 
 def tokens(source: str) -> Iterator[tokenize.TokenInfo]:

@@ -145,7 +145,7 @@ def _text_edits(result: Result, data: Dict[str, Any], enc: convert.Encoder) -> O
     if kind == "noqa":
         from perflsp.rules.fixes import add_noqa
 
-        return {part.part.uri: convert.diff_edits(part.part.text, add_noqa(part.part.text, [finding]), enc)}
+        return {part.part.uri: convert.diff_edits(part.part.text, add_noqa(part.part.text, [finding])[0], enc)}
     return None
 
 

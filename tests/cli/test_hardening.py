@@ -3,12 +3,14 @@ crashes, symbolic link loops, malformed notebooks, a damaged cache; and --fix / 
 the bytes they do not mean to change."""
 from __future__ import annotations
 
+import ast
 import ctypes
 import faulthandler
 import json
 import multiprocessing
 import os
 import subprocess
+import textwrap
 import time
 
 import pytest
@@ -181,3 +183,42 @@ def test_fix_keeps_a_byte_order_mark_and_crlf_line_endings(perflsp_cli, tmp_path
     assert result.returncode == 0, result.stdout + result.stderr
     fixed = source.replace("th.cuda.FloatTensor(batch, size)", 'th.empty(batch, size, dtype=th.float32, device="cuda")')
     assert target.read_bytes() == b"\xef\xbb\xbf" + fixed.replace("\n", "\r\n").encode()
+
+
+# --- item 10: --add-noqa ---------------------------------------------------------------------------
+
+NOQA_SOURCE = textwrap.dedent(
+    '''\
+    import torch
+
+    def train(model, loader):
+        for x, y in loader:
+            form_feed = "a\x0cb"; separator = "c\u2028d"; print(x.sum().item())
+            print(y.sum().item(), """
+    # noqa: PFL101 in a string is text
+    """)
+            total = x.mean().item() + \\
+                1
+            note = "# noqa: E501"; print(x.max().item())
+    '''
+)
+
+
+def test_add_noqa_puts_each_comment_where_it_silences_and_changes_no_code(perflsp_cli, tmp_path):
+    target = tmp_path / "train.py"
+    target.write_bytes(NOQA_SOURCE.replace("\n", "\r\n").encode())
+    assert len(_findings(perflsp_cli("check", "train.py", "--output-format", "json", "--no-cache"))) == 4
+    result = perflsp_cli("check", "train.py", "--add-noqa", "--no-cache")
+    assert result.returncode == 0 and "Added 4 noqa directives." in result.stderr
+    assert "fixed" not in result.stdout + result.stderr
+    new = target.read_bytes().decode()
+    assert ast.dump(ast.parse(new)) == ast.dump(ast.parse(NOQA_SOURCE))  # comments only
+    assert new.count("\r\n") == NOQA_SOURCE.count("\n") and "\n" not in new.replace("\r\n", "")
+    rows = new.split("\r\n")
+    assert rows[4].endswith('print(x.sum().item())  # noqa: PFL101')  # not split at \x0c or U+2028
+    assert rows[7] == '""")  # noqa: PFL101'  # after the string the finding's row runs into
+    assert rows[9] == "            1  # noqa: PFL101"  # after the backslash-continued row
+    assert rows[10].endswith('note = "# noqa: E501"; print(x.max().item())  # noqa: PFL101')
+    assert _findings(perflsp_cli("check", "train.py", "--output-format", "json", "--no-cache")) == []
+    again = perflsp_cli("check", "train.py", "--add-noqa", "--no-cache")
+    assert "Added 0 noqa directives." in again.stderr and target.read_bytes().decode() == new
