@@ -24,6 +24,9 @@ from perflsp.rules.rule import Report, Rule
 log = logging.getLogger("perflsp")
 
 SYNTAX_ERROR = "PFL000"
+# libcst's syntax errors, and the SyntaxError (CSTValidationError) it raises for code it parses but
+# cannot build a tree of (`'' b''`: str and bytes joined).
+PARSE_ERRORS = (cst.ParserSyntaxError, SyntaxError)
 _POSITION_IN_MESSAGE = re.compile(r"error at \d+:\d+: ")
 
 
@@ -43,7 +46,7 @@ def check_source(source: str, path: str, settings: Settings,
         return [not_analysed(path, too_deep.row, too_deep.column, too_deep.message)]
     try:
         return _check_module(cst.parse_module(source), source, path, settings, line_label, facts, comments)
-    except cst.ParserSyntaxError as exc:
+    except PARSE_ERRORS as exc:
         return [_syntax_error(source, path, exc)]
     except RecursionError:  # within the limits, yet deeper than Python's stack allows a walk of the tree
         return [not_analysed(path, 1, 0, "too deeply nested to analyse; perflsp skipped this file")]
@@ -114,7 +117,7 @@ def not_analysed(path: str, row: int, column: int, message: str) -> Finding:
     )
 
 
-def _syntax_error(source: str, path: str, exc: cst.ParserSyntaxError) -> Finding:
+def _syntax_error(source: str, path: str, exc: Exception) -> Finding:
     # libcst's native parser often points past the real error; CPython's parser names the
     # exact place and says what is wrong ("'(' was never closed"), so ask it first.
     try:
@@ -124,7 +127,9 @@ def _syntax_error(source: str, path: str, exc: cst.ParserSyntaxError) -> Finding
             return syntax_error(path, py_exc.lineno, max((py_exc.offset or 1) - 1, 0), py_exc.msg)
     except (ValueError, RecursionError, MemoryError):
         pass
-    return syntax_error(path, exc.raw_line, exc.raw_column, _POSITION_IN_MESSAGE.sub("", exc.message))
+    if isinstance(exc, cst.ParserSyntaxError):
+        return syntax_error(path, exc.raw_line, exc.raw_column, _POSITION_IN_MESSAGE.sub("", exc.message))
+    return syntax_error(path, 1, 0, str(exc))
 
 
 def _finding(ctx: ModuleContext, rule: Rule, report: Report, reason: Optional[Hot], path: str,

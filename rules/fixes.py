@@ -8,7 +8,7 @@ import libcst as cst
 
 from perflsp.config import Settings
 from perflsp.findings import Edit, Finding
-from perflsp.rules.engine import SYNTAX_ERROR, check_source
+from perflsp.rules.engine import PARSE_ERRORS, SYNTAX_ERROR, check_source
 from perflsp.rules.lines import BREAK, split_lines
 from perflsp.rules.notebook import Program, check_cells, read_cells, write_cells
 from perflsp.rules.suppress import CommentPlaces, comment_places, with_noqa
@@ -67,7 +67,7 @@ def fix_source(source: str, path: str, settings: Settings, unsafe: bool = False)
         candidate = apply_edits(source, [e for f in chosen for e in f.fix.edits])  # type: ignore[union-attr]
         try:
             cst.parse_module(candidate)
-        except cst.ParserSyntaxError:
+        except PARSE_ERRORS:
             break
         source = candidate
         fixed.extend(chosen)
@@ -92,7 +92,7 @@ def fix_text(text: str, path: str, settings: Settings, unsafe: bool = False) -> 
             new_sources[number] = apply_edits(cells[number - 1] or "", edits)
         try:
             cst.parse_module(Program([new_sources.get(i, c) for i, c in enumerate(cells, 1)]).source)
-        except cst.ParserSyntaxError:
+        except PARSE_ERRORS:
             break
         text = write_cells(text, new_sources)
         fixed.extend(chosen)

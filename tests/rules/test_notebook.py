@@ -1,10 +1,11 @@
 """Notebook cells with IPython syntax: every form is opaque, Python around it keeps its rows and columns."""
 from __future__ import annotations
 
-import random
 from typing import List, Set, Tuple
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perflsp.config import Settings
 from perflsp.rules.notebook import Program, check_cells
@@ -71,8 +72,8 @@ def test_python_that_looks_like_ipython_is_left_alone(cell):
     assert Program([cell]).source == cell
 
 
-# --- random cells --------------------------------------------------------------------------------
-# Fixed seeds, so a failing cell is reproduced by its seed alone.
+# --- generated cells -----------------------------------------------------------------------------
+# Hypothesis, derandomized: the same cells on every run, and a failing cell is shrunk to a small one.
 
 PYTHON = [
     "import torch",
@@ -111,38 +112,36 @@ ESCAPES = [
 LOOP = "for b in loader:"
 STEP = "b.item()"  # PFL101 in the loop: where the engine reports it shows where rows went
 
+# Lines as (indent, text, is it Python): a line at the top of the cell, or a loop with its body.
+python_or_escape = st.one_of(st.sampled_from(PYTHON).map(lambda text: ("", text, True)),
+                             st.sampled_from(ESCAPES).map(lambda text: ("", text, False)))
+in_loop = st.one_of(st.just(("    ", STEP, True)), st.sampled_from(ESCAPES).map(lambda text: ("    ", text, False)))
+block = st.one_of(python_or_escape.map(lambda line: [line]),
+                  st.lists(in_loop, min_size=1, max_size=3).map(lambda body: [("", LOOP, True), *body]))
+cell_magic = st.sampled_from(["%%time", "%%timeit -n 3 setup()", "%%capture out"]).map(lambda text: [("", text, False)])
 
-def random_cell(rng: random.Random) -> Tuple[str, Set[int], Set[int]]:
+
+@st.composite
+def cells(draw) -> Tuple[str, Set[int], Set[int]]:
     """A cell, the rows (1-based) of its Python lines, and the rows of `STEP` inside loops."""
+    blocks = draw(st.lists(block, min_size=1, max_size=6))
     lines: List[str] = []
     python: Set[int] = set()
     steps: Set[int] = set()
-
-    def add(text: str, indent: str, is_python: bool) -> None:
+    for indent, text, is_python in [line for part in [draw(st.just([]) | cell_magic), *blocks] for line in part]:
         for part in text.split("\n"):
             lines.append(indent + part)
             if is_python:
                 python.add(len(lines))
-
-    if rng.random() < 0.2:
-        add(rng.choice(["%%time", "%%timeit -n 3 setup()", "%%capture out"]), "", False)
-    for _ in range(rng.randint(1, 6)):
-        if rng.random() < 0.3:
-            add(LOOP, "", True)
-            for _ in range(rng.randint(1, 3)):
-                is_python = rng.random() < 0.5
-                add(STEP if is_python else rng.choice(ESCAPES), "    ", is_python)
-                if is_python:
-                    steps.add(len(lines))
-        else:
-            is_python = rng.random() < 0.5
-            add(rng.choice(PYTHON if is_python else ESCAPES), "", is_python)
-    return "\n".join(lines) + rng.choice(["", "\n"]), python, steps
+        if text == STEP:
+            steps.add(len(lines))
+    return "\n".join(lines) + draw(st.sampled_from(["", "\n"])), python, steps
 
 
-@pytest.mark.parametrize("seed", range(300))
-def test_random_cells_mixing_python_and_ipython(seed):
-    cell, python, steps = random_cell(random.Random(seed))
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(cells())
+def test_generated_cells_mixing_python_and_ipython(generated):
+    cell, python, steps = generated
     found = findings(cell)
     assert [f for f in found if f[0] == "PFL000"] == [], cell
     # Rows are kept: each Python line is still on its row, and findings land on the cell's rows.

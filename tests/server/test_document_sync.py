@@ -1,13 +1,14 @@
-"""Document sync under random incremental edits: the server's copy stays the client's, edit after edit.
+"""Document sync under generated incremental edits: the server's copy stays the client's, edit after edit.
 
-Random edits from fixed seeds (so a failure is reproduced by its seed): ranges anywhere, also past
-a line's or the document's end, text across lines with every kind of line break and characters
-beyond ASCII and beyond the Basic Multilingual Plane, positions counted in UTF-16 as the client
-negotiated. The server is the real one plus a request that reads back its copy (`probe_server.py`).
+Edits from hypothesis, derandomized (the same edits on every run, a failing sequence shrunk to a
+short one): ranges anywhere, also past a line's or the document's end, text across lines with every
+kind of line break and characters beyond ASCII and beyond the Basic Multilingual Plane, positions
+counted in UTF-16 as the client negotiated. The server is the real one plus a request that reads
+back its copy (`probe_server.py`).
 """
 from __future__ import annotations
 
-import random
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -15,13 +16,15 @@ from typing import List, Tuple
 
 import pytest
 import pytest_asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lsprotocol import types as T
 from pytest_lsp import ClientServerConfig
 
 from tests.server.conftest import VSCODE, capabilities, make_client
 
 PROBE = [sys.executable, str(Path(__file__).with_name("probe_server.py"))]
-SEEDS = 40
+DOCUMENTS = 40
 EDITS_PER_DOCUMENT = 25
 # LSP ends lines at \n, \r\n and \r only; form feeds, U+2028 and NEL are text on a line.
 PIECES = ["a", "b", "x = 1", " ", "    ", "é", "ß", "中文", "😀", "𝔘", "e\u0301", "\n", "\n", "\r\n", "\r",
@@ -73,21 +76,29 @@ def utf16(text: str) -> int:
     return sum(2 if ord(char) > 0xFFFF else 1 for char in text)
 
 
-def random_position(rng: random.Random, text: str) -> T.Position:
+# A position is drawn before the text it falls in is known: (line, column, overshoot) picks, each
+# taken modulo what the text then has.
+position_picks = st.tuples(st.integers(0, 2**16), st.integers(0, 2**16), st.sampled_from([0, 0, 0, 1, 5]))
+pieces = st.lists(st.sampled_from(PIECES), max_size=12).map("".join)
+changes = st.tuples(position_picks, position_picks, pieces)
+# Editors batch several changes in one notification.
+notifications = st.lists(st.lists(changes, min_size=1, max_size=3), min_size=1, max_size=EDITS_PER_DOCUMENT)
+
+
+def position(text: str, picks: Tuple[int, int, int]) -> T.Position:
+    line_pick, column_pick, overshoot = picks
     spans = line_spans(text)
-    line = rng.randrange(len(spans) + 1)  # one past the last line now and then
+    line = line_pick % (len(spans) + 1)  # one past the last line now and then
     if line == len(spans):
-        return T.Position(line, rng.randrange(3))
+        return T.Position(line, column_pick % 3)
     start, end = spans[line]
-    column = rng.randint(0, end - start)
-    overshoot = rng.choice([0, 0, 0, 1, 5])  # past the line's end now and then
-    return T.Position(line, utf16(text[start:start + column]) + overshoot)
+    column = column_pick % (end - start + 1)
+    return T.Position(line, utf16(text[start:start + column]) + overshoot)  # past the line's end now and then
 
 
-def random_change(rng: random.Random, text: str) -> T.TextDocumentContentChangePartial:
-    first, second = sorted([random_position(rng, text), random_position(rng, text)],
-                           key=lambda p: offset(text, p))
-    inserted = "".join(rng.choice(PIECES) for _ in range(rng.choice([0, 1, 2, 5, 12])))
+def change(text: str, picks) -> T.TextDocumentContentChangePartial:
+    first_picks, second_picks, inserted = picks
+    first, second = sorted([position(text, first_picks), position(text, second_picks)], key=lambda p: offset(text, p))
     return T.TextDocumentContentChangePartial(range=T.Range(first, second), text=inserted)
 
 
@@ -98,29 +109,30 @@ def apply(text: str, change: T.TextDocumentContentChangePartial) -> str:
 
 # --- the test ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("seed", range(SEEDS))
-async def test_random_incremental_edits_leave_the_server_copy_equal_to_the_client_copy(probe, seed):
+_documents = itertools.count()
+
+
+@settings(max_examples=DOCUMENTS, deadline=None, derandomize=True, database=None)
+@given(text=st.lists(st.sampled_from(PIECES), max_size=40).map("".join), batches=notifications,
+       hover=position_picks)
+async def test_incremental_edits_leave_the_server_copy_equal_to_the_client_copy(probe, text, batches, hover):
     client, root = probe
-    rng = random.Random(seed)
-    uri = (root / f"doc{seed}.py").as_uri()
-    text = "".join(rng.choice(PIECES) for _ in range(rng.randrange(40)))
+    uri = (root / f"doc{next(_documents)}.py").as_uri()
     client.text_document_did_open(T.DidOpenTextDocumentParams(
         T.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
     history = [text]
-    for version in range(2, EDITS_PER_DOCUMENT + 2):
-        changes = []
-        for _ in range(rng.choice([1, 1, 1, 3])):  # editors batch several changes in one notification
-            change = random_change(rng, text)
-            text = apply(text, change)
-            changes.append(change)
+    for version, batch in enumerate(batches, 2):
+        sent = []
+        for picks in batch:
+            sent.append(change(text, picks))
+            text = apply(text, sent[-1])
         history.append(text)
         client.text_document_did_change(T.DidChangeTextDocumentParams(
-            T.VersionedTextDocumentIdentifier(uri=uri, version=version), changes))
+            T.VersionedTextDocumentIdentifier(uri=uri, version=version), sent))
     held = await client.protocol.send_request_async("perflsp/test/documentText", {"uri": uri})
-    assert held == text, f"seed {seed}: the copies differ after these texts: {history!r}"
+    assert held == text, f"the copies differ after these texts: {history!r}"
     # The server still answers requests about the document it now holds.
-    await client.text_document_hover_async(T.HoverParams(T.TextDocumentIdentifier(uri=uri),
-                                                         random_position(rng, text)))
+    await client.text_document_hover_async(T.HoverParams(T.TextDocumentIdentifier(uri=uri), position(text, hover)))
     client.text_document_did_close(T.DidCloseTextDocumentParams(T.TextDocumentIdentifier(uri=uri)))
 
 
