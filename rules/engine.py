@@ -18,6 +18,7 @@ from perflsp.findings import Edit, Finding, Fix, HotContext, Location, rule_url
 from perflsp.rules import limits, precedence, suppress
 from perflsp.rules.context import ModuleContext
 from perflsp.rules.hotness import COLD_CODE, Hot, HotMap
+from perflsp.rules.summary import source_lines
 from perflsp.rules.registry import enabled_rules, outranking_rules
 from perflsp.rules.rule import Report, Rule
 
@@ -56,7 +57,7 @@ def _check_module(module: cst.Module, source: str, path: str, settings: Settings
                   line_label: Optional[Callable[[int], str]], facts: Optional[Dict[str, Any]],
                   comments: Dict[int, str]) -> List[Finding]:
     label = line_label or (lambda row: f"line {row}")
-    hot = HotMap(facts, source.splitlines(), label) if facts else HotMap.for_source(source, path, settings, label)
+    hot = HotMap(facts, source_lines(source), label) if facts else HotMap.for_source(source, path, settings, label)
     ctx = ModuleContext(module, settings, hot, path, label)
     candidates: List[Tuple[Rule, Report]] = []
     enabled = enabled_rules(settings, path)
