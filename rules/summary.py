@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import re
+import warnings
 from functools import lru_cache
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -48,7 +49,9 @@ def summarize(source: str, module: str, is_package: bool = False, path: str = ""
         "imports": {}, "classes": {}, "functions": [], "calls": [], "regions": [],
     }
     try:
-        tree = ast.parse(source)
+        with warnings.catch_warnings():  # invalid escapes and the like are the user's linter's business
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return summary
     try:

@@ -15,7 +15,9 @@
 import { insideAny } from "./trust";
 
 export const MIN_SERVER_VERSION = "0.1.0";
-export const PIP_PACKAGE = "perflsp";
+// perflsp is not on the package index: pip installs it from a clone or a wheel built from one
+// (docs/editors.md). The user puts the path in; the extension never runs a guess.
+export const PIP_PACKAGE = "/path/to/perflsp";
 
 export interface RunResult {
   code: number | null; // null: the process could not start or was killed

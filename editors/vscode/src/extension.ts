@@ -323,8 +323,10 @@ class Server implements vscode.Disposable {
     } else if (pick === install) {
       const terminal = vscode.window.createTerminal("perflsp: install");
       terminal.show();
-      terminal.sendText(found.pipCommand);
-      void vscode.window.showInformationMessage("perflsp: when pip is done, restart the server.", "Restart server")
+      terminal.sendText(found.pipCommand, false);  // not run: the path to the clone or wheel is the user's to fill in
+      void vscode.window.showInformationMessage(
+        "perflsp: put the path of your perflsp clone or wheel in the command, run it, then restart the server.",
+        "Restart server")
         .then((again) => again && this.restart("installed with pip"));
     } else if (pick === "Restart server") {
       void this.restart("asked by the user");

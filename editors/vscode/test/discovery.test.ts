@@ -67,13 +67,13 @@ describe("compareVersions", () => {
 
 describe("pipCommand", () => {
   it("names the interpreter the server would run on", () => {
-    expect(pipCommand(["/work/venv/bin/python"])).toBe("/work/venv/bin/python -m pip install perflsp");
-    expect(pipCommand(["/work/venv/bin/python"], true)).toBe("/work/venv/bin/python -m pip install -U perflsp");
+    expect(pipCommand(["/work/venv/bin/python"])).toBe("/work/venv/bin/python -m pip install /path/to/perflsp");
+    expect(pipCommand(["/work/venv/bin/python"], true)).toBe("/work/venv/bin/python -m pip install -U /path/to/perflsp");
   });
   it("quotes paths with spaces and falls back to python3", () => {
-    expect(pipCommand(["/Users/a b/venv/bin/python"])).toBe('"/Users/a b/venv/bin/python" -m pip install perflsp');
-    expect(pipCommand(undefined)).toBe("python3 -m pip install perflsp");
-    expect(pipCommand(["py", "-3.11"])).toBe("py -3.11 -m pip install perflsp");
+    expect(pipCommand(["/Users/a b/venv/bin/python"])).toBe('"/Users/a b/venv/bin/python" -m pip install /path/to/perflsp');
+    expect(pipCommand(undefined)).toBe("python3 -m pip install /path/to/perflsp");
+    expect(pipCommand(["py", "-3.11"])).toBe("py -3.11 -m pip install /path/to/perflsp");
   });
 });
 
@@ -152,10 +152,10 @@ describe("discover", () => {
     const found = await discover(m.input);
     expect(found.ok).toBe(false);
     if (found.ok) return;
-    expect(found.pipCommand).toBe("/ext/python -m pip install perflsp");
+    expect(found.pipCommand).toBe("/ext/python -m pip install /path/to/perflsp");
     expect(found.message).toBe(
       "perflsp's language server is not installed in the Python environment /ext/python. " +
-      "Install it with: /ext/python -m pip install perflsp");
+      "Install it with: /ext/python -m pip install /path/to/perflsp");
     expect(found.tried).toEqual([
       "Python extension: /ext/python -m perflsp: exit status 1: /venv/bin/python: No module named perflsp",
       "PATH: no `perflsp` executable",
@@ -166,7 +166,7 @@ describe("discover", () => {
     const found = await discover(machine({}).input);
     expect(found.ok).toBe(false);
     if (found.ok) return;
-    expect(found.pipCommand).toBe("python3 -m pip install perflsp");
+    expect(found.pipCommand).toBe("python3 -m pip install /path/to/perflsp");
     expect(found.message).toContain("select an interpreter in the Python extension, or set perflsp.interpreter");
   });
 
@@ -175,7 +175,7 @@ describe("discover", () => {
     const found = await discover(m.input);
     expect(found.ok).toBe(false);
     if (found.ok) return;
-    expect(found.pipCommand).toBe("/venv/bin/python -m pip install -U perflsp");
+    expect(found.pipCommand).toBe("/venv/bin/python -m pip install -U /path/to/perflsp");
     expect(found.message).toContain(`perflsp 0.0.1 in the Python environment /venv/bin/python is older than ${MIN_SERVER_VERSION}`);
   });
 
