@@ -215,6 +215,18 @@ class _Facts:
         self.in_progress: Set[Tuple[int, int]] = set()
         self._collate_fns: Optional[Set[str]] = None
         self._default_set: Optional[bool] = None
+        self._stores: Optional[Dict[str, List[Tuple[cst.BaseExpression, Frame]]]] = None
+
+    def stored(self, key: str) -> List[Tuple[cst.BaseExpression, Frame]]:
+        """The values this file assigns under `[key]` (`state["step"] = torch.tensor(0.0)`)."""
+        if self._stores is None:
+            self._stores = {}
+            for node, frame in self.ctx.nodes(cst.Assign):
+                for target in node.targets:
+                    found = _constant_key(target.target)
+                    if found is not None:
+                        self._stores.setdefault(found, []).append((node.value, frame))
+        return self._stores.get(key, [])
 
     def collate_fns(self) -> Set[str]:
         if self._collate_fns is None:
@@ -252,6 +264,10 @@ class _Facts:
             return self._name(expr, frame, depth)
         if isinstance(expr, cst.Call):
             return self._call(expr, frame, depth)
+        key = _constant_key(expr)
+        if key is not None:
+            # `state["step"]`: optimizer state and the like, placed where every store under the key puts it
+            return _same([self.place(value, where, depth) for value, where in self.stored(key)]) if self.stored(key) else None
         if isinstance(expr, (cst.Subscript, cst.Attribute)) and ctx.is_tensor(expr, frame) and ctx.is_tensor(expr.value, frame):
             inner = self.place(expr.value, frame, depth)  # `x[i]`, `x.T`, `x.grad`
             return _Place(inner.device, False) if inner is not None else None
@@ -403,6 +419,17 @@ class _Facts:
         ctx = self.ctx
         return _combine([self.place(o, frame, depth) if ctx.kind(o, frame) == TENSOR else None
                          for o in operands if ctx.kind(o, frame) != PYTHON])
+
+
+def _constant_key(expr: cst.BaseExpression) -> Optional[str]:
+    """`"step"` for `state["step"]` / `self.state["step"]`: a string-keyed slot of a container."""
+    if not isinstance(expr, cst.Subscript) or len(expr.slice) != 1:
+        return None
+    index = expr.slice[0].slice
+    if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+        value = index.value.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
 
 
 def _combine(places: List[Optional[_Place]]) -> Optional[_Place]:

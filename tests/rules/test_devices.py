@@ -120,3 +120,24 @@ def test_cast_in_loop_does_not_claim_an_allocation_it_cannot_know():
                 tokens = model(tokens, mask.float())
         """, "PFL203")
     assert "unless it already has that dtype" in finding.message
+
+
+def test_a_string_keyed_slot_lives_where_every_store_under_its_key_puts_it():
+    source = """
+        import torch
+
+        class MadGrad(torch.optim.Optimizer):
+            def __init__(self, params):
+                super().__init__(params, {})
+                self.state["k"] = torch.tensor([0], dtype=torch.long)
+
+            def step(self):
+                k = self.state["k"].item()
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        state = self.state[p]
+                        if len(state) == 0:
+                            state["step"] = torch.zeros((), device=p.device)
+                        print(state["step"].item())
+        """
+    assert [f.start.row for f in _findings(source, "PFL101")] == [16]  # the counter on the host syncs nothing
