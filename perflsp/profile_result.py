@@ -20,11 +20,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: `latency-bound` joined the regimes
 SCHEMA_FILE = Path(__file__).with_name("profile_result.schema.json")
 
 # `verdict.regime` is keyed on by the editor and by scripts: these strings never change meaning.
-REGIMES = ("compute-bound", "memory-bound", "overhead-bound", "sync-bound", "transfer-bound")
+REGIMES = ("compute-bound", "memory-bound", "latency-bound", "overhead-bound", "sync-bound", "transfer-bound")
 
 # `error.kind` values and the exit code each one maps to.
 EXIT_OK = 0

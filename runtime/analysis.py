@@ -1,4 +1,4 @@
-"""From measurements to the result document (schema version 1). No torch in here.
+"""From measurements to the result document (schema version 2). No torch in here.
 
 Joins the timed pass (how long a call takes), the clean profiled pass (where device and host
 time goes), and the attribution pass (FLOPs, bytes, syncs and time per source line), then asks
@@ -118,6 +118,7 @@ class LineStats:
     blocked_us: float = 0.0
     flops: float = 0.0
     bytes: float = 0.0
+    matmul_flops: float = 0.0
     ops: int = 0
     op_times_us: List[float] = field(default_factory=list)
     op_names: Counter = field(default_factory=Counter)
@@ -178,6 +179,8 @@ def _line_stats(records: List[OpRecord], timings: Dict[int, RangeTiming], device
         s.blocked_us += t.blocked_us
         s.flops += r.flops
         s.bytes += r.bytes
+        if r.flop_kind == "matmul":
+            s.matmul_flops += r.flops
         s.ops += 1
         s.op_times_us.append(t.device_us if device == "cuda" else t.cpu_us)
         s.op_names[r.name] += 1
@@ -355,6 +358,9 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
         transfer_sites=transfer_sites,
         tf32_enabled=inp.tf32_enabled,
         dominant_dtype=dtype,
+        p10_us=inp.timing.get("p10_us"),
+        matmul_flops=by_kind.get("matmul", 0.0),
+        working_set_bytes=working_set_bytes,
     )
     verdict, got = roofline.classify(figures, ceilings)
     verdict.notes = (list(inp.notes) + ceiling_notes + verdict.notes + _timing_notes(inp.timing)
@@ -378,7 +384,7 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
             "bytes": s.bytes,
             "intensity_flop_per_byte": roofline.intensity(s.flops, s.bytes),
             "regime": roofline.classify_line(device, s.flops, s.bytes, s.op_times_us, s.blocked_us, time_us,
-                                             s.has_transfer, ceilings),
+                                             s.has_transfer, ceilings, s.matmul_flops),
             "top_ops": [name for name, _ in s.op_names.most_common(3)],
         })
     lines.sort(key=lambda l: -max(l["time_us"], l["blocked_us"]))

@@ -96,7 +96,12 @@ def _attained(result: Mapping[str, Any]) -> Optional[str]:
     regime = (result.get("verdict") or {}).get("regime")
     flops = (totals.get("flops_fraction"), ceilings.get("peak_flops_per_s"), units.flop_rate)
     bandwidth = (totals.get("bandwidth_fraction"), ceilings.get("bandwidth_bytes_per_s"), units.byte_rate)
-    order = [flops, bandwidth] if regime == "compute-bound" else [bandwidth, flops]
+    if regime == "compute-bound":
+        order = [flops, bandwidth]
+    elif regime == "latency-bound":  # far from both roofs: show the nearer one
+        order = sorted([flops, bandwidth], key=lambda side: -(side[0] if side[0] is not None and side[1] else -1.0))
+    else:
+        order = [bandwidth, flops]
     for fraction, ceiling, fmt in order:
         if fraction is not None and ceiling:
             return f"{units.percent(fraction)} of {fmt(ceiling)}"

@@ -96,12 +96,13 @@ def test_counting_error_and_low_efficiency_notes():
     over = figures(device="cpu", flops=1e8, bytes=1e9, median_us=50000.0)  # 20 GB/s on a 10 GB/s ceiling
     assert any("over-estimates" in n for n in roofline.classify(over, CPU)[0].notes)
     tiny_kernel = figures(flops=1e6, bytes=4e6, median_us=1000.0)  # 4 GB/s on a 4.3 TB/s GPU
-    assert any("under-occupied" in n for n in roofline.classify(tiny_kernel, H200_BF16)[0].notes)
+    assert roofline.classify(tiny_kernel, H200_BF16)[0].regime == "latency-bound"
 
 
 def test_every_verdict_uses_a_fixed_regime_string():
     cases = [figures(flops=1e9, bytes=4e9), figures(flops=1e12, bytes=1e8), figures(overhead_fraction=0.9),
-             figures(host_blocked_us=500.0, overhead_fraction=0.6), figures(transfer_us=500.0)]
+             figures(host_blocked_us=500.0, overhead_fraction=0.6), figures(transfer_us=500.0),
+             figures(flops=1e6, bytes=4e6)]
     assert {roofline.classify(c, H200_BF16)[0].regime for c in cases} == set(REGIMES)
 
 
@@ -126,3 +127,77 @@ def test_noisy_timing_is_flagged():
     assert _timing_notes(steady) == []
     assert "p90 = 9.0 x p10" in _timing_notes(noisy)[0]
     assert _timing_notes(dict(noisy, calls=3)) == []  # too few calls to judge
+
+
+# --- latency-bound, matmul-dominated calls, read-once traffic --------------------------------------
+
+def test_latency_bound_when_neither_roof_is_near_with_latency_levers():
+    # softmax over 4096x1024 float32: read 16.8 MB once, write it once; 4.19 MFLOP (1 per element)
+    n = 4096 * 1024
+    softmax = figures(device="cpu", flops=n, bytes=8 * n, median_us=12000.0, p10_us=10000.0,
+                      working_set_bytes=8 * n)  # 3.4 GB/s = 3.4% of 100 GB/s
+    cpu = Ceilings(bandwidth_bytes_per_s=100e9, peak_flops_per_s=200e9, dtype_key="float32", level="DRAM")
+    verdict, got = roofline.classify(softmax, cpu)
+    assert verdict.regime == "latency-bound", verdict.summary
+    assert verdict.summary.startswith("latency-bound: neither roof is near")
+    assert "3% of the measured 100 GB/s (DRAM)" in verdict.summary
+    assert "below 10% of both ceilings" in verdict.reasons[0]
+    assert not any(word in lever for lever in verdict.levers for word in ("fuse", "copies", "out="))
+    assert any("threads" in lever for lever in verdict.levers) and any("batch" in lever for lever in verdict.levers)
+    assert any("read or written once" in note for note in verdict.notes)
+    gpu = roofline.classify(figures(flops=1e6, bytes=4e6, median_us=100.0), H200_BF16)[0]
+    assert gpu.regime == "latency-bound" and any("occupancy" in lever for lever in gpu.levers)
+
+
+def test_latency_fraction_is_judged_on_the_fastest_calls():
+    cpu = Ceilings(10e9, 100e9, "float32")
+    # median 8% of the bandwidth (a loaded machine), p10 16%: the call can reach the roof, memory-bound
+    loaded = figures(device="cpu", flops=1e6, bytes=8e6, median_us=10000.0, p10_us=5000.0)
+    assert roofline.classify(loaded, cpu)[0].regime == "memory-bound"
+    # without a p10 the median decides
+    assert roofline.classify(figures(device="cpu", flops=1e6, bytes=8e6, median_us=10000.0), cpu)[0].regime == "latency-bound"
+    # exactly at the fraction is not latency-bound; just under it is
+    at = figures(device="cpu", flops=0.0, bytes=1e7, median_us=10000.0)  # 1 GB/s = 10%
+    assert roofline.classify(at, cpu)[0].regime == "memory-bound"
+    assert roofline.classify(figures(device="cpu", flops=0.0, bytes=0.99e7, median_us=10000.0), cpu)[0].regime == "latency-bound"
+    assert roofline.LATENCY_FRACTION == {"cuda": 0.20, "cpu": 0.10}
+
+
+def test_memory_bound_read_once_gets_no_fuse_levers():
+    cpu = Ceilings(10e9, 100e9, "float32")
+    once = figures(device="cpu", flops=1e6, bytes=8e6, median_us=1600.0, working_set_bytes=8e6)  # 50%
+    verdict, _ = roofline.classify(once, cpu)
+    assert verdict.regime == "memory-bound"
+    assert not any(word in lever for lever in verdict.levers for word in ("fuse", "copies", "out="))
+    assert any("lower-precision" in lever for lever in verdict.levers)
+    # a chain of ops with intermediates moves more than its working set: fusing helps
+    chain = figures(device="cpu", flops=3e6, bytes=24e6, median_us=4800.0, working_set_bytes=8e6)
+    assert any("fuse" in lever for lever in roofline.classify(chain, cpu)[0].levers)
+
+
+def test_matmul_dominated_call_stays_on_the_compute_side_whatever_the_ridge():
+    # an MLP training step: 98% of the FLOPs in matmuls, AI 25 FLOP/B
+    step = dict(device="cpu", flops=1.0e8, bytes=4.0e6, matmul_flops=0.98e8, median_us=2000.0)  # 50 GFLOP/s
+    low_ridge = Ceilings(bandwidth_bytes_per_s=50e9, peak_flops_per_s=200e9, dtype_key="float32")  # ridge 4
+    high_ridge = Ceilings(bandwidth_bytes_per_s=4e9, peak_flops_per_s=200e9, dtype_key="float32")  # ridge 50
+    for ceilings in (low_ridge, high_ridge):
+        verdict, _ = roofline.classify(figures(**step), ceilings)
+        assert verdict.regime == "compute-bound", verdict.summary
+        assert "98% of the FLOPs are in matmul-family ops" in verdict.reasons[-1]
+    assert any("below the ridge" in n for n in roofline.classify(figures(**step), high_ridge)[0].notes)
+    # far below the peak it still says compute-bound, with the small-matmul lever first
+    slow = roofline.classify(figures(**dict(step, median_us=20000.0)), low_ridge)[0]  # 2.5% of the peak
+    assert slow.regime == "compute-bound" and slow.levers[0].startswith("bigger matmuls")
+    assert any("too small" in n for n in slow.notes)
+    # a matrix-vector product (AI 0.5) is not matmul-dominated in that sense: the roofline decides
+    gemv = figures(device="cpu", flops=2e6, bytes=4e6, matmul_flops=2e6, median_us=800.0)  # 5 GB/s of 10
+    assert roofline.classify(gemv, Ceilings(10e9, 100e9, "float32"))[0].regime == "memory-bound"
+
+
+def test_line_regimes_latency_and_matmul():
+    cpu = Ceilings(100e9, 200e9, "float32")
+    line = roofline.classify_line
+    # softmax line: 33.6 MB in 10 ms = 3.4 GB/s, 3% of 100 GB/s
+    assert line("cpu", 4.2e6, 3.36e7, [10000.0], 0.0, 10000.0, False, cpu) == "latency-bound"
+    assert line("cpu", 4.2e6, 3.36e7, [500.0], 0.0, 500.0, False, cpu) == "memory-bound"  # 67 GB/s
+    assert line("cpu", 1e8, 4e6, [50000.0], 0.0, 50000.0, False, cpu, matmul_flops=1e8) == "compute-bound"

@@ -1,0 +1,30 @@
+"""The editor's headline for each regime of schema version 2 (no torch, no server)."""
+from __future__ import annotations
+
+from perflsp.profile_result import REGIMES, SCHEMA_VERSION
+from perflsp.server import profile_view
+
+
+def _result(regime, flops_fraction, bandwidth_fraction):
+    return {"schema_version": SCHEMA_VERSION, "status": "ok", "target": {"qualname": "f"},
+            "verdict": {"regime": regime, "summary": f"{regime}: ...", "reasons": [], "levers": ["batch"], "notes": []},
+            "timing": {"median_us": 1200.0}, "device": {"kind": "cpu"},
+            "totals": {"flops_fraction": flops_fraction, "bandwidth_fraction": bandwidth_fraction},
+            "ceilings": {"peak_flops_per_s": 2e11, "bandwidth_bytes_per_s": 1e11}}
+
+
+def test_latency_bound_is_a_regime_of_this_version():
+    assert SCHEMA_VERSION == 2 and "latency-bound" in REGIMES
+
+
+def test_latency_bound_headline_names_the_nearer_roof():
+    assert profile_view.headline(_result("latency-bound", 0.004, 0.034)) == "latency-bound · 1.2 ms · 3% of 100 GB/s"
+    assert profile_view.headline(_result("latency-bound", 0.05, 0.01)) == "latency-bound · 1.2 ms · 5% of 200 GFLOP/s"
+    assert profile_view.headline(_result("latency-bound", None, 0.02)) == "latency-bound · 1.2 ms · 2% of 100 GB/s"
+    assert profile_view.headline(_result("compute-bound", 0.5, 0.9)).endswith("50% of 200 GFLOP/s")
+    assert profile_view.headline(_result("memory-bound", 0.5, 0.9)).endswith("90% of 100 GB/s")
+
+
+def test_hover_shows_the_latency_verdict():
+    text = profile_view.hover_text(_result("latency-bound", 0.004, 0.034), stale=False, result_file=None)
+    assert "**latency-bound**" in text and "lever: batch" in text
