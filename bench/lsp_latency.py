@@ -9,7 +9,13 @@ and the engine alone (`check_text`). Also: the first diagnostics of a small file
 `initialize` answer (then `initialized` + `didOpen`) and from the process start. Clock: `time.perf_counter`,
 wall time; medians of the timed runs, warm-up runs not reported.
 
-    python bench/lsp_latency.py [--sizes 500 2000 10000] [--edits 30 20 10] [--debounce-ms 150] [--json out.json]
+`--variant NAME:VAR=VALUE,...` (repeatable) runs each size once per variant, the variants taking
+turns edit by edit (each its own server, so the machine's load falls on all alike), e.g. the
+server's benchmark knobs `PERFLSP_GC_FREEZE=0` (no `gc.freeze()`) and `PERFLSP_CHEAP_MS=0` (always
+debounce). The load average is printed before and after.
+
+    python bench/lsp_latency.py [--sizes 500 2000 10000] [--edits 30 20 10] [--debounce-ms 150]
+        [--first-lines 1000] [--variant new: --variant old:PERFLSP_GC_FREEZE=0,PERFLSP_CHEAP_MS=0] [--json out.json]
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import argparse
 import asyncio
 import io
 import json
+import os
 import platform
 import random
 import statistics
@@ -93,10 +100,10 @@ class Client:
         def logged(params: T.LogMessageParams) -> None:
             pass
 
-    async def start(self, root: Path, settings: dict) -> float:
+    async def start(self, root: Path, settings: dict, env: Optional[Dict[str, str]] = None) -> float:
         """Spawn and initialize (as editors do: `initialize` right after the spawn); the
         perf_counter at which the server answered `initialize`."""
-        await self.lsp.start_io(*SERVER)
+        await self.lsp.start_io(*SERVER, env={**os.environ, **(env or {})})
         await self.lsp.initialize_async(T.InitializeParams(
             capabilities=capabilities(), root_uri=root.as_uri(), process_id=None,
             workspace_folders=[T.WorkspaceFolder(uri=root.as_uri(), name=root.name)],
@@ -124,11 +131,11 @@ class Client:
         await self.lsp.stop()
 
 
-async def first_diagnostics(root: Path, runs: int) -> Tuple[List[float], List[float]]:
+async def first_diagnostics(root: Path, runs: int, lines: int) -> Tuple[List[float], List[float]]:
     """(from the `initialize` answer + `didOpen`, from the process start) to the first diagnostics
-    of a small file, seconds."""
-    small = (EXAMPLES / "train_loop.py").read_text(encoding="utf-8")
-    path = root / "small.py"
+    of a file of `lines` lines (0: examples/train_loop.py), seconds."""
+    small = make_source(lines) if lines else (EXAMPLES / "train_loop.py").read_text(encoding="utf-8")
+    path = root / "first.py"
     path.write_text(small, encoding="utf-8")
     from_init, from_spawn = [], []
     for _ in range(runs + 1):  # the first run warms the OS file cache and is not reported
@@ -144,7 +151,9 @@ async def first_diagnostics(root: Path, runs: int) -> Tuple[List[float], List[fl
     return from_init[1:], from_spawn[1:]
 
 
-async def edit_latency(root: Path, lines: int, edits: int, debounce_ms: int, seed: int) -> Dict[str, float]:
+async def edit_latency(root: Path, lines: int, edits: int, debounce_ms: int, seed: int,
+                       variants: Dict[str, Dict[str, str]]) -> Dict[str, Dict[str, float]]:
+    """Per variant: the latency figures of `edits` edits of the same file, the variants taking turns."""
     import libcst
 
     from perflsp.config import Settings
@@ -156,31 +165,36 @@ async def edit_latency(root: Path, lines: int, edits: int, debounce_ms: int, see
     parse_s = statistics.median(_timed(lambda: libcst.parse_module(source)) for _ in range(3))
     check_s = statistics.median(_timed(lambda: check_text(source, str(path), Settings())) for _ in range(2))
 
-    client = Client()
-    await client.start(root, {"debounceMs": debounce_ms})
     uri = path.as_uri()
-    client.lsp.text_document_did_open(T.DidOpenTextDocumentParams(T.TextDocumentItem(
-        uri=uri, language_id="python", version=1, text=source)))
-    await client.wait(uri, 1)
-    rng = random.Random(seed)
-    text = source
-    latencies = []
+    clients, texts, rngs, latencies = {}, {}, {}, {}
+    for name, env in variants.items():
+        client = clients[name] = Client()
+        await client.start(root, {"debounceMs": debounce_ms}, env)
+        client.lsp.text_document_did_open(T.DidOpenTextDocumentParams(T.TextDocumentItem(
+            uri=uri, language_id="python", version=1, text=source)))
+        await client.wait(uri, 1)
+        texts[name], rngs[name], latencies[name] = source, random.Random(seed), []
     for version in range(2, edits + 3):  # the first edit is a warm-up and not reported
-        row = rng.choice(statement_starts(text))
-        comment = f"# edit {version}\n"
-        lines_now = text.split("\n")
-        text = "\n".join(lines_now[:row] + [comment.rstrip("\n")] + lines_now[row:])
-        sent = time.perf_counter()
-        client.lsp.text_document_did_change(T.DidChangeTextDocumentParams(
-            T.VersionedTextDocumentIdentifier(uri=uri, version=version),
-            [T.TextDocumentContentChangePartial(range=T.Range(T.Position(row, 0), T.Position(row, 0)), text=comment)]))
-        arrived = await client.wait(uri, version)
-        latencies.append(arrived - sent)
-    await client.stop()
-    latencies = latencies[1:]
-    return {"lines": source.count("\n"), "edits": len(latencies), "parse_s": parse_s, "check_s": check_s,
-            "median_s": statistics.median(latencies), "p95_s": percentile(latencies, 0.95),
-            "target_s": 1.5 * parse_s + debounce_ms / 1000}
+        for name, client in clients.items():  # the same edit for every variant, one after the other
+            text = texts[name]
+            row = rngs[name].choice(statement_starts(text))
+            comment = f"# edit {version}\n"
+            lines_now = text.split("\n")
+            texts[name] = "\n".join(lines_now[:row] + [comment.rstrip("\n")] + lines_now[row:])
+            sent = time.perf_counter()
+            client.lsp.text_document_did_change(T.DidChangeTextDocumentParams(
+                T.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                [T.TextDocumentContentChangePartial(range=T.Range(T.Position(row, 0), T.Position(row, 0)), text=comment)]))
+            arrived = await client.wait(uri, version)
+            latencies[name].append(arrived - sent)
+    out = {}
+    for name, client in clients.items():
+        await client.stop()
+        timed = latencies[name][1:]
+        out[name] = {"lines": source.count("\n"), "edits": len(timed), "parse_s": parse_s, "check_s": check_s,
+                     "median_s": statistics.median(timed), "p95_s": percentile(timed, 0.95),
+                     "target_s": 1.5 * parse_s + debounce_ms / 1000}
+    return out
 
 
 def _timed(fn) -> float:
@@ -192,15 +206,23 @@ def _timed(fn) -> float:
 async def main_async(args: argparse.Namespace) -> dict:
     import tempfile
 
+    variants: Dict[str, Dict[str, str]] = {}
+    for spec in args.variant or ["server:"]:
+        name, _, assignments = spec.partition(":")
+        variants[name] = dict(a.split("=", 1) for a in assignments.split(",") if a)
     with tempfile.TemporaryDirectory(prefix="perflsp-bench-") as tmp:
         root = Path(tmp)
         (root / "pyproject.toml").write_text("[tool.perflsp]\n")  # no config of this repository applies
-        from_init, from_spawn = await first_diagnostics(root, args.first_runs)
+        load_before = os.getloadavg()
+        from_init, from_spawn = await first_diagnostics(root, args.first_runs, args.first_lines)
         sizes = []
         for lines, edits in zip(args.sizes, args.edits):
-            sizes.append(await edit_latency(root, lines, edits, args.debounce_ms, args.seed))
+            sizes.append(await edit_latency(root, lines, edits, args.debounce_ms, args.seed, variants))
             print(f"  {lines} lines done", file=sys.stderr)
+        load_after = os.getloadavg()
     return {"python": platform.python_version(), "machine": platform.machine(), "debounce_ms": args.debounce_ms,
+            "cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": load_after,
+            "first_lines": args.first_lines, "variants": variants,
             "first_diagnostics_from_initialize_s": statistics.median(from_init),
             "first_diagnostics_from_spawn_s": statistics.median(from_spawn), "sizes": sizes}
 
@@ -211,22 +233,29 @@ def main() -> int:
     parser.add_argument("--edits", type=int, nargs="+", default=[30, 20, 10], help="timed edits per size")
     parser.add_argument("--debounce-ms", type=int, default=150, help="the server's debounce (default: its default)")
     parser.add_argument("--first-runs", type=int, default=5, help="server starts timed for the first diagnostics")
+    parser.add_argument("--first-lines", type=int, default=0,
+                        help="lines of the file timed for the first diagnostics (0: examples/train_loop.py)")
+    parser.add_argument("--variant", action="append", metavar="NAME:VAR=VALUE,...",
+                        help="a server environment to compare (repeatable; they take turns edit by edit)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     if len(args.edits) != len(args.sizes):
         parser.error("--edits needs one count per size")
     result = asyncio.run(main_async(args))
-    print(f"perflsp serve latency (Python {result['python']}, debounce {result['debounce_ms']} ms, "
-          f"medians; wall clock)\n")
-    print(f"first diagnostics of a small file: {result['first_diagnostics_from_initialize_s']:.2f} s after the "
+    print(f"perflsp serve latency (Python {result['python']}, {result['cpus']} CPUs, debounce {result['debounce_ms']} ms, "
+          f"medians; wall clock; load average {result['loadavg_before'][0]:.2f} before, "
+          f"{result['loadavg_after'][0]:.2f} after)\n")
+    print(f"first diagnostics of a {'%d-line' % result['first_lines'] if result['first_lines'] else 'small'} file: "
+          f"{result['first_diagnostics_from_initialize_s']:.2f} s after the "
           f"`initialize` answer and `didOpen`, {result['first_diagnostics_from_spawn_s']:.2f} s after the process "
           f"started\n")
-    print("| lines | edits | bare parse | engine check | didChange→diagnostics median | p95 | target (1.5×parse + debounce) |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for s in result["sizes"]:
-        print(f"| {s['lines']} | {s['edits']} | {s['parse_s'] * 1000:.0f} ms | {s['check_s'] * 1000:.0f} ms | "
-              f"{s['median_s'] * 1000:.0f} ms | {s['p95_s'] * 1000:.0f} ms | {s['target_s'] * 1000:.0f} ms |")
+    print("| variant | lines | edits | bare parse | engine check | didChange→diagnostics median | p95 | target (1.5×parse + debounce) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for per_variant in result["sizes"]:
+        for name, s in per_variant.items():
+            print(f"| {name} | {s['lines']} | {s['edits']} | {s['parse_s'] * 1000:.0f} ms | {s['check_s'] * 1000:.0f} ms | "
+                  f"{s['median_s'] * 1000:.0f} ms | {s['p95_s'] * 1000:.0f} ms | {s['target_s'] * 1000:.0f} ms |")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import logging
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,6 +30,10 @@ log = logging.getLogger("perflsp.server")
 # The engine's code for "does not parse" (`perflsp.rules.engine.SYNTAX_ERROR`), repeated here so
 # that importing the server does not import libcst before the first analysis needs it.
 SYNTAX_ERROR = "PFL000"
+
+# Set while the server warms the engine up (imports, rule table) in a thread of its own: an
+# analysis that runs meanwhile shares the CPU with it and says nothing of what analyses cost.
+WARMING = threading.Event()
 
 
 @dataclass
@@ -77,6 +82,7 @@ class Result:
     snapshot: Optional[Snapshot] = None  # what was analysed (fix-all re-runs the engine on it)
     degraded: bool = False  # some part did not parse: findings were carried over, not a new baseline
     facts_key: Optional[str] = None  # digest of the per-step facts a file was judged with (None: a notebook)
+    cold: bool = False  # ran while the engine was warming up: `elapsed_s` is not what it costs
 
     def part(self, uri: str) -> Optional[PartResult]:
         return self.parts.get(uri)
@@ -92,6 +98,7 @@ def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: 
     from perflsp.rules.runner import MAX_FILE_BYTES
 
     started = time.perf_counter()
+    cold = WARMING.is_set()
     resolved = resolve(snap.path, editor)
     settings = resolved.settings
     empty = {p.uri: PartResult(p, [], [], True) for p in snap.parts}
@@ -158,6 +165,7 @@ def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: 
         parts[part.uri] = PartResult(part, kept + syntax, diagnostics, not syntax, result_id(diagnostics))
     result = Result(snap.key, snap.generation, parts, resolved, facts_key=facts_key)
     result.degraded = degraded
+    result.cold = cold or WARMING.is_set()
     return _finish(result, started, snap)
 
 

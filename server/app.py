@@ -12,6 +12,7 @@ off the stream.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import sys
@@ -28,10 +29,10 @@ from pygls.uris import from_fs_path, to_fs_path
 from perflsp import __version__
 from perflsp.server import actions, hover, notebooks, profiling, protocol, transport
 from perflsp.server import log as client_log
-from perflsp.server.analysis import Part, Result, Snapshot
+from perflsp.server.analysis import WARMING, Part, Result, Snapshot
 from perflsp.server.configuration import CONFIG_NAMES, EditorConfig
 from perflsp.server.convert import SOURCE, Encoder
-from perflsp.server.documents import Documents, Unit
+from perflsp.server.documents import GC_FREEZE, Documents, Unit
 from perflsp.server.projects import Projects
 from perflsp.server.settings import EditorSettings, Resolved, key_line
 from perflsp.server.workspace import SCANNED, WorkspaceScan
@@ -445,6 +446,15 @@ def _warm_engine() -> None:
             import perflsp.rules.notebook  # noqa: F401
         except Exception:  # the first real analysis will report the same problem properly
             log.debug("perflsp: warming up the engine failed", exc_info=True)
+        finally:
+            WARMING.clear()
+        if GC_FREEZE:
+            # Imports, lsprotocol's types and the rule table live as long as the process:
+            # the collector need not walk them again in every full collection.
+            gc.collect()
+            gc.freeze()
+
+    WARMING.set()
 
     threading.Thread(target=warm, name="perflsp-warm-up", daemon=True).start()
 

@@ -1,7 +1,10 @@
 """Scheduling analyses of open documents and notebooks: debounce, one run at a time, stale results dropped.
 
 Each open document (or notebook) is a `Unit` with a generation that every content change bumps.
-A change (re)starts the unit's debounce timer; when it fires, the analysis runs in a worker thread
+A change (re)starts the unit's debounce timer, unless the unit's last analysis was cheap (under
+`CHEAP_S`): then waiting would cost more than analysing, and the change is analysed at once, so a
+small file's diagnostics follow every keystroke; only expensive analyses are coalesced over the
+configured debounce. When the timer fires, the analysis runs in a worker thread
 (never on the event loop) while the unit's lock keeps a second analysis of the same unit from
 competing for the CPU. A result whose generation is no longer current is dropped: it is never
 published, stored or shown, whatever happened meanwhile.
@@ -9,7 +12,9 @@ published, stored or shown, whatever happened meanwhile.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Dict, List, Optional, Set
 
@@ -19,6 +24,17 @@ if TYPE_CHECKING:
     from perflsp.server.app import PerflspServer
 
 log = logging.getLogger("perflsp.server")
+
+# An analysis that took less than this (wall clock, in the worker) is cheaper than the wait: the
+# next change of that unit is analysed at once instead of after the debounce.
+CHEAP_S = float(os.environ.get("PERFLSP_CHEAP_MS", "50")) / 1000  # the variable is a benchmark knob
+
+# After an analysis the objects that stay (imports, the project graph, results) are moved out of
+# the collector's sight (`gc.freeze`), so the next analysis' full collections do not walk them
+# again: those pauses land in the keystroke latency. Cyclic garbage frozen with them would never
+# be freed, so every `THAW_EVERY` freezes the heap is thawed and collected once (after publishing).
+GC_FREEZE = os.environ.get("PERFLSP_GC_FREEZE", "1") != "0"  # the variable is a benchmark knob
+THAW_EVERY = 100
 
 
 class Unit:
@@ -35,6 +51,7 @@ class Unit:
         self.published: Set[str] = set()  # part uris that hold pushed diagnostics
         self.closed = False
         self.path: Optional[str] = None  # the resolved file path (None for notebooks and untitled documents)
+        self.cost_s: Optional[float] = None  # how long its last finished analysis took (None: none yet)
 
     def current(self) -> bool:
         return self.result is not None and self.result.generation == self.generation
@@ -48,6 +65,7 @@ class Documents:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="perflsp-analysis")
         self.in_flight = 0  # analyses running now; the workspace scan yields to them
         self.tasks: Set[asyncio.Task] = set()
+        self.freezes = 0
 
     # --- events ----------------------------------------------------------------------------------
 
@@ -67,7 +85,15 @@ class Documents:
         unit.generation += 1
         editor = self.server.editor_for_uri(key)
         if editor.run == "onType":
-            self.schedule(unit, editor.debounce_s, "change")
+            self.schedule(unit, self.debounce_s(unit, editor.debounce_s), "change")
+
+    @staticmethod
+    def debounce_s(unit: Unit, configured_s: float) -> float:
+        """The wait before analysing a change: none after a cheap analysis or before any was measured,
+        else the configured debounce."""
+        if unit.cost_s is None or unit.cost_s < CHEAP_S:
+            return 0.0
+        return configured_s
 
     def saved(self, key: str) -> None:
         unit = self.units.get(key)
@@ -137,6 +163,10 @@ class Documents:
                 return None
             finally:
                 self.in_flight -= 1
+            # Measured even when the result turns out stale; an analysis that shared the CPU with
+            # the engine's warm-up says nothing (None: the next change is analysed at once, and a
+            # burst of changes meanwhile still makes one analysis, since runs wait on the lock).
+            unit.cost_s = None if result.cold else result.elapsed_s
         if unit.closed or unit.generation != generation:
             # A newer edit arrived while this version was analysed: its result is irrelevant
             # and must never reach the client (the newer version's own run publishes).
@@ -163,6 +193,19 @@ class Documents:
             waiter.set_result(result)
         self.server.deliver(unit, result, pulled=bool(waiting))
         self.server.projects.analysed()
+        self.freeze()
+
+    def freeze(self) -> None:
+        """Hide what survived the analysis from the collector (see `GC_FREEZE`); never while another runs."""
+        if not GC_FREEZE or self.in_flight:
+            return
+        self.freezes += 1
+        if self.freezes % THAW_EVERY == 0:
+            gc.unfreeze()
+            gc.collect()
+        else:
+            gc.collect(1)  # the young garbage of this analysis, not kept forever
+        gc.freeze()
 
     def _release(self, unit: Unit) -> None:
         # Nothing new will come for this generation: answer the waiting requests with what the
