@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import inspect
+import json
 import linecache
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -305,6 +306,43 @@ def _uncounted_notes(records: List[OpRecord], limit: int = 6) -> List[str]:
     names = ", ".join(f"{name} x{count}" for name, count in missing.most_common(limit))
     more = f" and {len(missing) - limit} more" if len(missing) > limit else ""
     return [f"FLOPs not counted (no formula) for {names}{more}: the FLOP totals and intensity are lower bounds"]
+
+
+def read_previous(path: Path) -> Optional[Dict[str, Any]]:
+    """The result last written for this function, whatever its schema version, or None."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def ceilings_change_note(result: Dict[str, Any], previous: Optional[Dict[str, Any]]) -> Optional[str]:
+    """A note when `result` was judged against other ceilings than the previous result for the
+    same function: a moved fraction or regime may then come from the ceilings, not the code."""
+    if result.get("status") != "ok" or not previous or previous.get("status") != "ok":
+        return None
+    now, before = result.get("ceilings") or {}, previous.get("ceilings") or {}
+    if not now.get("id") or not before.get("id") or now["id"] == before["id"]:
+        return None
+    regime_before = (previous.get("verdict") or {}).get("regime")
+    regime_now = (result.get("verdict") or {}).get("regime")
+    text = (f"judged against other ceilings than the previous result for this function "
+            f"({previous.get('created_at', '?')}): ceilings {before['id']} (measured {before.get('measured_at', '?')}) "
+            f"then, {now['id']} (measured {now.get('measured_at', '?')}) now")
+    if regime_before and regime_before != regime_now:
+        text += f"; the regime moved from {regime_before} to {regime_now}, which may come from the ceilings, not the code"
+    else:
+        text += "; fractions of the ceilings are not comparable between the two"
+    return text
+
+
+def note_ceilings_change(result: Dict[str, Any], previous: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    note = ceilings_change_note(result, previous)
+    if note:
+        result["verdict"]["notes"].append(note)
+    return result
 
 
 def build_result(inp: Inputs) -> Dict[str, Any]:

@@ -258,7 +258,11 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
     code = EXIT_OK if result["status"] == "ok" else exit_code_for(error["kind"])
     written: Optional[Path] = None
     if result["status"] == "ok" or error["kind"] in PUBLISHED_ERRORS:
-        written = write_json_atomic(result_path(workspace, result["target"]["module"], result["target"]["qualname"]), result)
+        from perflsp.runtime import analysis
+
+        path = result_path(workspace, result["target"]["module"], result["target"]["qualname"])
+        analysis.note_ceilings_change(result, analysis.read_previous(path))
+        written = write_json_atomic(path, result)
     if args.json and args.json != "-":
         write_json_atomic(args.json, result)
     if args.json == "-":
