@@ -19,7 +19,7 @@ from perflsp.rules.hot_table import (
     STEP_RANGE_BOUND, TEST_FILE,
 )
 
-VERSION = 3  # bump when the shape or meaning of a summary changes (the cache keys on it)
+VERSION = 4  # bump when the shape or meaning of a summary changes (the cache keys on it)
 MODULE_LEVEL = "<module>"
 
 # Region kinds, innermost region decides: a step loop makes its body and callees per step,
@@ -47,6 +47,7 @@ def summarize(source: str, module: str, is_package: bool = False, path: str = ""
     summary: Dict[str, Any] = {
         "version": VERSION, "module": module, "test": bool(TEST_FILE.search(path.replace("\\", "/"))),
         "imports": {}, "classes": {}, "functions": [], "calls": [], "regions": [],
+        "depth": None,  # the deepest expression, in AST levels; None: the file did not parse
     }
     try:
         with warnings.catch_warnings():  # invalid escapes and the like are the user's linter's business
@@ -55,8 +56,10 @@ def summarize(source: str, module: str, is_package: bool = False, path: str = ""
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return summary
     try:
-        _Summarizer(summary, source, module, is_package).visit_module(tree)
-    except RecursionError:  # absurdly nested code: what was summarised so far stands
+        summarizer = _Summarizer(summary, source, module, is_package)
+        summarizer.visit_module(tree)
+        summary["depth"] = summarizer.depth
+    except RecursionError:  # absurdly nested code: what was summarised so far stands, its depth unknown
         pass
     return summary
 
@@ -81,6 +84,7 @@ class _Summarizer:
         self.package = module if is_package else module.rpartition(".")[0]
         self.imports: Dict[str, str] = summary["imports"]
         self.top: Dict[str, str] = {}  # module-level defs and classes: name -> key
+        self.depth = 0  # the deepest expression seen: the engine skips its own limit scan below one
 
     # -- statements -------------------------------------------------------------------------------
 
@@ -210,10 +214,12 @@ class _Summarizer:
     def exprs(self, nodes, scope: _Scope) -> None:
         # An explicit stack over `_fields`: `ast.walk` costs twice as much, and this walk is most
         # of the summary's time.
-        stack = [n for n in nodes if n is not None]
+        stack = [(n, 1) for n in nodes if n is not None]
         calls, regions = self.out["calls"], self.out["regions"]
         while stack:
-            node = stack.pop()
+            node, depth = stack.pop()
+            if depth > self.depth:
+                self.depth = depth
             kind = type(node)
             if kind is ast.Call:
                 ref = self.ref(node.func, scope)
@@ -227,9 +233,9 @@ class _Summarizer:
             for field in _CHILD_FIELDS.get(kind) or _child_fields(kind):
                 value = getattr(node, field, None)
                 if type(value) is list:
-                    stack.extend(v for v in value if isinstance(v, ast.AST))
+                    stack.extend((v, depth + 1) for v in value if isinstance(v, ast.AST))
                 elif isinstance(value, ast.AST) and not isinstance(value, ast.expr_context):
-                    stack.append(value)
+                    stack.append((value, depth + 1))
 
     def ref(self, func: ast.expr, scope: _Scope) -> Optional[str]:
         """What a called or base-class expression names, as a project-wide reference:
