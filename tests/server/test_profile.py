@@ -260,20 +260,24 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+async def _until_warming_up(session) -> None:
+    """Wait until the profiled function is running (its warm-up), so that cancelling hits a live run."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        reports = [r for rs in session.client.progress_reports.values() for r in rs]
+        if any("warming up" in (getattr(r, "message", "") or "") for r in reports):
+            return
+        await asyncio.sleep(0.05)
+    pytest.fail("the run never reached the warm-up")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 async def test_cancel_kills_the_run_within_2s_and_a_second_request_is_refused(start):
     session = await start(NEOVIM, init_options={"settings": FAST})
     uri = session.open("kernels.py", KERNELS)
     server_pid = session.client._server.pid
     run = asyncio.ensure_future(profile(session, uri, "slow"))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # until the user's function is running (warm-up)
-        reports = [r for rs in session.client.progress_reports.values() for r in rs]
-        if any("warming up" in (getattr(r, "message", "") or "") for r in reports):
-            break
-        await asyncio.sleep(0.05)
-    else:
-        pytest.fail("the run never reached the warm-up")
+    await _until_warming_up(session)
     busy = await profile(session, uri, "slow")
     assert busy["status"] == "busy" and any("already being profiled" in m for m in shown(session))
 
@@ -333,14 +337,7 @@ async def test_cancel_request_kills_the_run_within_2s(start):
     request = asyncio.ensure_future(session.client.protocol.send_request_async(
         T.WORKSPACE_EXECUTE_COMMAND, T.ExecuteCommandParams(command="perflsp.profileFunction", arguments=[uri, "slow"]),
         msg_id="profile-slow"))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # until the user's function is running (warm-up)
-        reports = [r for rs in session.client.progress_reports.values() for r in rs]
-        if any("warming up" in (getattr(r, "message", "") or "") for r in reports):
-            break
-        await asyncio.sleep(0.05)
-    else:
-        pytest.fail("the run never reached the warm-up")
+    await _until_warming_up(session)
     tree = _tree(server_pid)
     assert any("_worker" in Path(f"/proc/{p}/cmdline").read_text() for p in tree if _alive(p))
     cancelled_at = time.monotonic()
