@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
+from perflsp.hot_file import hot_path
 from perflsp.rules.measured import verdicts_for
 from perflsp.rules.project import Project, module_name
 from perflsp.rules.runner import Cache, content_digest, discover, project_hot_functions, read_text
@@ -66,6 +67,7 @@ class ProjectIndex:
         self._hot_functions: List[str] = []
         self._files: Dict[str, Entry] = {}
         self._shape_changed = False  # a status may differ from the graph's: build before answering
+        self._measured_stamp: Optional[Tuple[int, int]] = None  # `.perflsp/hot.json` when the graph was built
         self._rows_moved = False  # only line numbers differ: `settle` builds
         self._inbox = threading.Lock()  # what the editor reported, not applied yet
         self._overrides = dict(overrides or {})
@@ -184,6 +186,8 @@ class ProjectIndex:
                 self._store(key, entry)
         for key in sorted(typed & self._members):
             self._store(key, self._buffer_entry(key, buffers[key]))
+        if self._measured_stamp != _stamp(hot_path(self.root)):
+            self._shape_changed = True  # a new recorded run (`perflsp profile --run`) outranks the graph
         if self._project is None or self._shape_changed or (rows and self._rows_moved):
             self._build()
 
@@ -281,12 +285,21 @@ class ProjectIndex:
 
     def _build(self) -> None:
         started = time.perf_counter()
+        self._measured_stamp = _stamp(hot_path(self.root))
         self._project = Project(((key, self._files[key][1]) for key in sorted(self._files)), self._hot_functions,
                                 verdicts_for([self.root]))
         self._shape_changed = self._rows_moved = False
         self.builds += 1
         log.debug("perflsp: project graph of %s built in %.0f ms (%d files)", self.root,
                   (time.perf_counter() - started) * 1000, len(self._files))
+
+
+def _stamp(path: Path) -> Optional[Tuple[int, int]]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
 
 
 def _key(path: str) -> str:

@@ -2,12 +2,14 @@
 only when a summary changed in a way the graph reads."""
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
 import pytest
 
-from perflsp.rules.project import STEP
+from perflsp.hot_file import HOT_VERSION
+from perflsp.rules.project import COLD, STEP
 from perflsp.rules.project_index import ProjectIndex
 
 HELPERS = "def log(t):\n    return t.item()\n"
@@ -157,3 +159,14 @@ def test_editor_events_and_answers_from_many_threads(project):
     assert errors == []
     index.buffer_changed(model, MODEL)
     assert why_log(index, root)[0] == STEP
+
+
+def test_a_new_recorded_run_is_read_without_an_edit(project):
+    root, index = project
+    assert why_log(index, root)[0] == STEP
+    (root / ".perflsp").mkdir()
+    (root / ".perflsp" / "hot.json").write_text(json.dumps({
+        "version": HOT_VERSION, "steps": 10, "step_source": "optimizer.step", "command": "python train.py",
+        "measured_at": "2026-12-01T14:00:00Z",
+        "functions": [{"file": "helpers.py", "qualname": "log", "first_line": 1, "calls": 1, "steps": 1}]}))
+    assert why_log(index, root) == [COLD, "measured: called, but not on every step"]
