@@ -45,11 +45,6 @@ class HotMap:
         """The map of a file judged alone (stdin, an editor buffer with no project graph, a test)."""
         return cls(single_file_facts(source, path, settings.hot_functions, line_label), S.source_lines(source), line_label)
 
-    def at(self, position: Position) -> Optional[Hot]:
-        """Why the code at `position` runs on every step; None when it does not or nobody knows."""
-        hot = self.classify(position)
-        return hot if isinstance(hot, Hot) else None
-
     def is_one_off(self, position: Position) -> bool:
         """In tests, or in a function (or a closure of one) named for one-off work such as dataset
         processing or debugging output: even what such code sets up does not run per step."""

@@ -246,16 +246,14 @@ class Project:
             if key in self.status:
                 continue
             if function["module"] in self.tests:
-                self.status[key] = (COLD, "test code")
-            elif key in self._measured:
-                self.status[key] = (COLD, "measured: called, but not on every step")
-            elif self._rare(function):
-                self.status[key] = (COLD, self._rare(function))
-            elif function["parent"] and self.status.get(function["parent"], ("",))[0] == COLD:
-                continue  # decided below, once the parent's status is final
+                why: Optional[str] = "test code"
+            elif key in self._measured:  # measured per step is already STEP: this one was not
+                why = "measured: called, but not on every step"
             else:
-                continue
-            queue.append(key)
+                why = self._rare(function)  # closures of cold code are decided at the end
+            if why is not None:
+                self.status[key] = (COLD, why)
+                queue.append(key)
         pending: Dict[str, int] = {}
         waiting: Dict[str, List[str]] = {}
         for caller, edges in self.edges.items():

@@ -360,18 +360,23 @@ def _skips_unless_periodic(stmt: ast.stmt) -> bool:
         modulo = test.left
     else:
         return False
-    return not any(ACCUMULATION.search(n) for n in _names(modulo.right))
+    return _every_n_steps(modulo)
 
 
 def _is_periodic(test: ast.expr, periodic_names: set) -> bool:
-    """A test that holds every N steps. A modulo by a gradient-accumulation count is not one (that
-    boundary comes every optimizer step): the divisor's name decides, not the counter's."""
+    """A test that holds every N steps (see `_every_n_steps`), or a name bound to one."""
     if isinstance(test, ast.Name) and test.id in periodic_names:
         return True
     if isinstance(test, ast.BoolOp) and any(isinstance(v, ast.Name) and v.id in periodic_names for v in test.values):
         return True
     modulo = _modulo_in(test)
-    return modulo is not None and not any(ACCUMULATION.search(n) for n in _names(modulo.right))
+    return modulo is not None and _every_n_steps(modulo)
+
+
+def _every_n_steps(modulo: ast.BinOp) -> bool:
+    """`step % log_every`, not `(i + 1) % accum_steps`: the divisor's name tells a logging interval
+    from a gradient-accumulation boundary (which comes every optimizer step)."""
+    return not any(ACCUMULATION.search(n) for n in _names(modulo.right))
 
 
 def _modulo_in(test: ast.expr) -> Optional[ast.BinOp]:
