@@ -53,6 +53,11 @@ class StepTrack:
         self._at_start: Optional[Dict[CodeType, int]] = None  # the call counts when this step began
         self._whole = False  # recorded since it began, without a pause
 
+    @property
+    def seen(self) -> bool:
+        """Whether one boundary of this kind happened at all."""
+        return self._at_start is not None
+
     def boundary(self, counts: Dict[CodeType, int], recording: bool) -> None:
         now = dict(counts)  # one C-level copy: other threads may be counting meanwhile
         if self._whole and self._at_start is not None:
@@ -164,6 +169,12 @@ class HotRecorder:
         elif first is not optimizer:
             return  # a second optimizer (a GAN's) steps within the same training step
         self.optimizer_steps.boundary(self.counts, self.recording)
+
+    def steps_known(self) -> bool:
+        """Enough whole steps recorded to choose the step's source (`document`) and count in them."""
+        if self.optimizer_steps.steps >= MIN_STEPS:
+            return True
+        return not self.optimizer_steps.seen and self.target_steps.steps >= MIN_STEPS
 
     # --- counting (the hooks call these) -------------------------------------------------------
 

@@ -6,7 +6,8 @@ but inside `staticmethod`/`classmethod`), so every call goes through `capture`'s
 however the program reaches it: by attribute, by a name imported earlier in another module,
 or from the same file. If the target's file is the script itself it is compiled the same way.
 
-Real calls are measured as they happen, in this order: warm-up (until stable), one call under
+Real calls are measured as they happen, in this order: warm-up (until stable, and until the hot
+recorder has `MIN_STEPS` whole steps), one call under
 the attribution pass, one under the clean profile, then timed calls. The order puts the
 passes that need only one call first, so a short program still yields a breakdown. Once enough
 calls were timed the result is written and the program is stopped (`StopProgram`, a
@@ -305,7 +306,7 @@ class ProgramSession:
             synchronize(self.device)
             self.warmup_s.append(time.perf_counter() - t0)
             self.reporter.progress(len(self.warmup_s), None)
-            if warmup_done(self.warmup_s, self.options):
+            if warmup_done(self.warmup_s, self.options) and self._steps_known():
                 self.phase = "attribution"
                 self.reporter.phase("attribution")
         elif self.phase == "attribution":
@@ -332,6 +333,12 @@ class ProgramSession:
                 if self.stop:
                     raise StopProgram()
         return box[0] if box else None
+
+    def _steps_known(self) -> bool:
+        # Measuring pauses the recorder, so a warm-up that settles in three calls would leave
+        # hot.json too few whole steps to tell an optimizer step from a call of the target.
+        return (self.recorder is None or len(self.warmup_s) >= self.options.max_warmup
+                or self.recorder.steps_known())
 
     @property
     def can_report(self) -> bool:
