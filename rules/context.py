@@ -32,6 +32,11 @@ PARAMS = "params"  # model.parameters(): iterating it yields tensors
 NAMED_PARAMS = "named-params"  # model.named_parameters(): yields (name, tensor)
 
 # torch.<name> callables that do not return tensors.
+# Host clocks: code that reads one is measuring, and must synchronize to measure the GPU's work.
+CLOCKS = frozenset({
+    "time.perf_counter", "time.perf_counter_ns", "time.time", "time.time_ns", "time.monotonic",
+    "time.monotonic_ns", "timeit.default_timer",
+})
 _TORCH_NON_TENSOR = frozenset(
     """device dtype no_grad enable_grad inference_mode set_grad_enabled is_grad_enabled manual_seed
     seed initial_seed is_tensor is_storage is_floating_point is_complex numel compile save load
@@ -102,6 +107,19 @@ class ModuleContext:
             current = stack.pop()
             yield current
             stack.extend(iter_children(current))
+
+    def before_clock_read(self, node: cst.CSTNode) -> bool:
+        """The statement holding `node` is followed by one that reads a host clock: a sync there
+        (`loss.item()`, then `t1 = time.perf_counter()`) is what makes the time right."""
+        child, parent = node, self.parent(node)
+        while parent is not None and not isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            child, parent = parent, self.parent(parent)
+        if parent is None:
+            return False
+        body = list(parent.body)
+        index = next(i for i, stmt in enumerate(body) if stmt is child)
+        return any(isinstance(n, cst.Call) and self.qualname(n.func) in CLOCKS
+                   for stmt in body[index + 1:index + 2] for n in self.descendants(stmt))
 
     def code(self, node: cst.CSTNode, limit: int = 60) -> str:
         """The node's source on one line, shortened for messages."""

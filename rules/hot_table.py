@@ -95,11 +95,23 @@ ONE_OFF_FUNCTIONS = ("process", "_process", "download", "_download", "prepare_da
 
 # A loop over these is a step loop: one iteration is one step, and what it calls runs per step.
 STEP_ITERABLE = re.compile(r"(loader|batches|data_?iter|timesteps|dataset_iter)$", re.IGNORECASE)
+# A comprehension is a step loop only over a loader (`sum(loss(model(x)) for x in val_loader)`): over
+# other sequences (`[x.item() for x in loss_batches]`) it collects values, it does not run steps.
+LOADER_ITERABLE = re.compile(r"(loader|data_?iter|dataset_iter)$", re.IGNORECASE)
 STEP_RANGE_BOUND = re.compile(
     r"(steps|iters|iterations|batches|max_iter)$", re.IGNORECASE)
 
 # Gradient-accumulation boundaries are per optimizer step: a modulo test on these stays hot.
 ACCUMULATION = re.compile(r"accum", re.IGNORECASE)
+
+# A test named like these asks "is this a logging (eval, checkpoint) step?": what runs only when it
+# holds (`if should_log(step):`, or after `if not self.metrics.should_log(step): return`) is periodic.
+PERIODIC_PREDICATE = re.compile(
+    r"^_?(should|is|do|time_to)_?(log|logging|eval|evaluate|validate|save|checkpoint|print|report)(_step|_now)?$",
+    re.IGNORECASE)
+# A test named like these asks "is the cache built?": `if not self._cache_ready(n): rebuild()` runs
+# once, and again only when the cache must grow (a lazy init).
+LAZY_READY = re.compile(r"_?(ready|initiali[sz]ed|built|warmed_up)$", re.IGNORECASE)
 
 # Test code is not per-step code: nothing in these files is hot by default.
 TEST_FILE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$|(^|/)tests?/")

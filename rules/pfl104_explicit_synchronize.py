@@ -5,17 +5,12 @@ from typing import Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from perflsp.rules.context import ModuleContext
+from perflsp.rules.context import CLOCKS, ModuleContext
 from perflsp.rules.rule import Invalid, Report, Rule
 from perflsp.rules.walk import Frame
 
 # `torch.cuda.synchronize()` and its siblings for other backends (`torch.cpu.synchronize` is a no-op).
 _DEVICE_SYNC = re.compile(r"^torch\.(cuda|xpu|mps|accelerator)\.synchronize$")
-# Host clocks: a loop that reads one is measuring, and a benchmark must synchronize to measure.
-_CLOCKS = frozenset({
-    "time.perf_counter", "time.perf_counter_ns", "time.time", "time.time_ns", "time.monotonic",
-    "time.monotonic_ns", "timeit.default_timer",
-})
 
 
 class ExplicitSynchronize(Rule):
@@ -97,7 +92,7 @@ class ExplicitSynchronize(Rule):
             if not frame.loops:
                 continue
             qualname = ctx.qualname(call.func)  # type: ignore[attr-defined]
-            if qualname in _CLOCKS or ctx.method_name(call) == "elapsed_time":  # type: ignore[arg-type]
+            if qualname in CLOCKS or ctx.method_name(call) == "elapsed_time":  # type: ignore[arg-type]
                 timed_loops.update(frame.loops)
             elif _is_synchronize(ctx, call, qualname):  # type: ignore[arg-type]
                 syncs.append((call, frame))  # type: ignore[arg-type]

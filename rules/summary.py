@@ -15,11 +15,11 @@ from functools import lru_cache
 from typing import Any, Dict, List, Optional, Tuple
 
 from perflsp.rules.hot_table import (
-    ACCUMULATION, COLD_FUNCTIONS, COLD_PREFIXES, HOT_COMMENT, HOT_MARKERS, ONE_OFF_FUNCTIONS, STEP_ITERABLE,
-    STEP_RANGE_BOUND, TEST_FILE,
+    ACCUMULATION, COLD_FUNCTIONS, COLD_PREFIXES, HOT_COMMENT, HOT_MARKERS, LAZY_READY, LOADER_ITERABLE,
+    ONE_OFF_FUNCTIONS, PERIODIC_PREDICATE, STEP_ITERABLE, STEP_RANGE_BOUND, TEST_FILE,
 )
 
-VERSION = 4  # bump when the shape or meaning of a summary changes (the cache keys on it)
+VERSION = 5  # bump when the shape or meaning of a summary changes (the cache keys on it)
 MODULE_LEVEL = "<module>"
 
 # Region kinds, innermost region decides: a step loop makes its body and callees per step,
@@ -228,7 +228,7 @@ class _Summarizer:
             elif kind in _COMPREHENSIONS:
                 # the first iterable is evaluated once: the region leaves it out
                 first = node.generators[0].iter
-                loop = STEP_LOOP if _is_step_iterable(first) else COMPREHENSION
+                loop = STEP_LOOP if _is_step_iterable(first, LOADER_ITERABLE) else COMPREHENSION
                 regions.append([loop, *self.span(node), node.lineno, scope.key, self.span(first)])
             for field in _CHILD_FIELDS.get(kind) or _child_fields(kind):
                 value = getattr(node, field, None)
@@ -321,10 +321,10 @@ def _names(node: ast.AST) -> List[str]:
     return [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute))]
 
 
-def _is_step_iterable(node: ast.expr) -> bool:
+def _is_step_iterable(node: ast.expr, names: "re.Pattern[str]" = STEP_ITERABLE) -> bool:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
-        return any(STEP_RANGE_BOUND.search(n) for arg in node.args for n in _names(arg))
-    return any(STEP_ITERABLE.search(n) for n in _names(node))
+        return names is STEP_ITERABLE and any(STEP_RANGE_BOUND.search(n) for arg in node.args for n in _names(arg))
+    return any(names.search(n) for n in _names(node))
 
 
 def _is_step_condition(test: ast.expr) -> bool:
@@ -343,15 +343,20 @@ def _rare_block(node: ast.If, periodic_names: set) -> Optional[str]:
     attribute = _none_tested_attribute(test)
     if attribute is not None and _initialises(node.body, attribute):
         return LAZY
+    if _negated(test) is not None and _predicate(_negated(test), LAZY_READY):
+        return LAZY
     return None
 
 
 def _skips_unless_periodic(stmt: ast.stmt) -> bool:
-    """`if step % every != 0: return` (or `continue`, or `if step % every: return`)."""
+    """`if step % every != 0: return` (or `continue`, `if step % every: return`, or
+    `if not self.metrics.should_log(step): return`)."""
     if not (isinstance(stmt, ast.If) and not stmt.orelse and len(stmt.body) == 1
             and isinstance(stmt.body[0], (ast.Return, ast.Continue))):
         return False
     test = stmt.test
+    if _negated(test) is not None and _predicate(_negated(test), PERIODIC_PREDICATE):
+        return True
     if isinstance(test, ast.BinOp) and isinstance(test.op, ast.Mod):
         modulo = test
     elif (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotEq)
@@ -368,6 +373,8 @@ def _is_periodic(test: ast.expr, periodic_names: set) -> bool:
     if isinstance(test, ast.Name) and test.id in periodic_names:
         return True
     if isinstance(test, ast.BoolOp) and any(isinstance(v, ast.Name) and v.id in periodic_names for v in test.values):
+        return True
+    if any(_predicate(v, PERIODIC_PREDICATE) for v in (test.values if isinstance(test, ast.BoolOp) else [test])):
         return True
     modulo = _modulo_in(test)
     return modulo is not None and _every_n_steps(modulo)
@@ -392,6 +399,19 @@ def _modulo_in(test: ast.expr) -> Optional[ast.BinOp]:
             and test.comparators[0].value == 0 and isinstance(test.ops[0], ast.Eq)):
         return test.left
     return None
+
+
+def _negated(test: ast.expr) -> Optional[ast.expr]:
+    """`x` of `not x`."""
+    return test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else None
+
+
+def _predicate(test: ast.expr, names: "re.Pattern[str]") -> bool:
+    """`flag`, `self.flag` or a call `self.metrics.flag(step)` whose own name matches."""
+    if isinstance(test, ast.Call):
+        test = test.func
+    name = test.id if isinstance(test, ast.Name) else test.attr if isinstance(test, ast.Attribute) else None
+    return name is not None and names.search(name) is not None
 
 
 def _none_tested_attribute(test: ast.expr) -> Optional[str]:

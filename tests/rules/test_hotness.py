@@ -508,3 +508,51 @@ def test_src_layouts_and_relative_imports_resolve(tmp_path):
     })
     assert _rows(found) == [("src/mylib/ops.py", 2)]
     assert "called from `Net.forward` (net.py:7)" in found[0][3]
+
+
+def test_a_logging_predicate_makes_what_it_guards_periodic(tmp_path):
+    found = _project(tmp_path, {"trainer.py": """
+        class Trainer:
+            def train_step(self, batch):
+                loss = self.model(batch)
+                loss.backward()
+                if self.metrics.should_log(self.step):
+                    print(loss.item())
+                if not self.metrics.should_log(self.step):
+                    return
+                self.log(grad_norm.item())
+
+            def eval_and_log(self, loss):
+                if self.should_evaluate_now:
+                    print(loss.item())
+                print(loss.item())
+
+            def fit(self, loader):
+                for batch in loader:
+                    self.train_step(batch)
+                    self.eval_and_log(batch)
+        """})
+    assert _rows(found) == [("trainer.py", 15)]
+
+
+def test_a_cache_rebuilt_only_when_not_ready_is_a_lazy_init(tmp_path):
+    found = _project(tmp_path, {"rope.py": """
+        import torch
+
+        class Rotary(torch.nn.Module):
+            def forward(self, x, positions):
+                if not self._cache_ready(positions):
+                    self._rebuild(int(positions.max().item()) + 1)
+                if not self.enabled:
+                    x = x * positions.max().item()
+                return x
+        """})
+    assert _rows(found) == [("rope.py", 9)]  # `enabled` says nothing about a cache
+
+
+def test_a_comprehension_over_batches_is_not_a_step_loop(tmp_path):
+    found = _project(tmp_path, {"sampler.py": """
+        def gather_losses(loss_batches, batch_sizes):
+            return [x.item() for y, bs in zip(loss_batches, batch_sizes) for x in y[:bs]]
+        """})
+    assert found == []
