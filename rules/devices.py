@@ -5,11 +5,12 @@ a `.to(device)` copies from the host only when the tensor is there. `placement` 
 evidence in the file: factories without `device=` (the CPU, unless a `with torch.device(...)`
 block or `torch.set_default_device` says otherwise), `.cpu()`, `torch.from_numpy`, batches of a
 `DataLoader` built here, code that DataLoader workers run (`collate_fn`, `Dataset.__getitem__`),
-`.to(device)` / `.cuda()`, and what operations keep: an op's result lives where its tensor inputs
+`.to(device)` / `.cuda()`, what tokenizers return, and what operations keep: an op's result lives where its tensor inputs
 live. Unknown stays unknown: the rules then behave as if the tensor may be on the GPU.
 """
 from __future__ import annotations
 
+import re
 import weakref
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Set, Tuple
@@ -54,6 +55,10 @@ _DISPLAYS = (cst.List, cst.ListComp, cst.Tuple)  # Python data: at least 1-dim a
 _NEW_ON_RECEIVER = frozenset({"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
 _DATASET_METHODS = frozenset({"__getitem__", "__getitems__", "__iter__"})
 _MAX_DEPTH = 12
+# Tokenizers and processors (Hugging Face's and the like) return their tensors in host memory
+# (not `logits_processor`, which works on the model's output).
+_TOKENIZER = re.compile(r"^(.*tokeni[sz]er|(image_|text_)?processor)$")
+_TOKENIZER_METHODS = frozenset({"encode", "encode_plus", "batch_encode_plus", "apply_chat_template", "pad"})
 
 
 @dataclass(frozen=True)
@@ -271,6 +276,9 @@ class _Facts:
         if isinstance(expr, (cst.Subscript, cst.Attribute)) and ctx.is_tensor(expr, frame) and ctx.is_tensor(expr.value, frame):
             inner = self.place(expr.value, frame, depth)  # `x[i]`, `x.T`, `x.grad`
             return _Place(inner.device, False) if inner is not None else None
+        if isinstance(expr, (cst.Subscript, cst.Attribute)) and ctx.kind(expr.value, frame) is None:
+            inner = self.place(expr.value, frame, depth)  # `encoded.input_ids`, `encoded["input_ids"]`
+            return inner if inner is not None and inner.device == HOST and inner.array else None
         if isinstance(expr, cst.BinaryOperation):
             return self._join([expr.left, expr.right], frame, depth)
         if isinstance(expr, cst.UnaryOperation):
@@ -318,6 +326,8 @@ class _Facts:
 
     def _call(self, call: cst.Call, frame: Frame, depth: int) -> Optional[_Place]:
         ctx = self.ctx
+        if _tokenizes(ctx, call):
+            return _Place(HOST, True)  # token ids: never 0-dim
         qualname = ctx.qualname(call.func)
         if qualname is not None:
             return self._torch_call(qualname, call, frame, depth)
@@ -417,7 +427,7 @@ class _Facts:
     def _join(self, operands: Iterable[cst.BaseExpression], frame: Frame, depth: int) -> Optional[_Place]:
         """Where an operation on `operands` puts its result; plain Python values do not count."""
         ctx = self.ctx
-        return _combine([self.place(o, frame, depth) if ctx.kind(o, frame) == TENSOR else None
+        return _combine([self.place(o, frame, depth) if ctx.kind(o, frame) in (TENSOR, None) else None
                          for o in operands if ctx.kind(o, frame) != PYTHON])
 
 
@@ -479,6 +489,14 @@ def _worker_function(ctx: ModuleContext, function: FunctionInfo) -> bool:
 def _is_dataset(ctx: ModuleContext, cls: ClassInfo) -> bool:
     return any((ctx.qualname(base.value) or ctx.last_name(base.value) or "").endswith("Dataset")
                for base in cls.node.bases)
+
+
+def _tokenizes(ctx: ModuleContext, call: cst.Call) -> bool:
+    """`tokenizer(text, return_tensors="pt")`, `self.processor(...)`, `tokenizer.encode(...)`."""
+    if _TOKENIZER.match(ctx.last_name(call.func) or ""):
+        return True
+    method = ctx.method_name(call)
+    return method in _TOKENIZER_METHODS and bool(_TOKENIZER.match(ctx.last_name(call.func.value) or ""))  # type: ignore[attr-defined]
 
 
 def _maybe_object(ctx: ModuleContext, expr: cst.BaseExpression, frame: Frame) -> bool:

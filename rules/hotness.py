@@ -71,7 +71,7 @@ class HotMap:
                 if function is not None and function["cold"] and state and state[0] == COLD:
                     return COLD_CODE  # a loop over data in `process()` or `prepare_data()` is one-off work
                 return Hot(f"inside the step loop `{self._header(region[5])}` at {self.line_label(region[5])}", region[5])
-            if kind in (S.LAZY, S.PERIODIC):
+            if kind in S.RARE_REGIONS:
                 return COLD_CODE
             loop = loop or region
         if state is not None and state[0] == COLD:

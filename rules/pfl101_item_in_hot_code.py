@@ -46,6 +46,13 @@ class ItemInHotCode(Rule):
         "        loss.backward()\n        opt.step()\n"
         "        host = loss.detach().cpu()\n"
         "        log(host.item())\n",
+        # Tokenizers return host tensors, and so is what is built from them.
+        "import torch\n\n\nclass Policy(torch.nn.Module):\n"
+        "    def forward(self, texts, images):\n"
+        "        encoded = self.processor.tokenizer(texts, return_tensors=\"pt\", padding=True)\n"
+        "        labels = torch.full_like(encoded.input_ids, -100)\n"
+        "        if (labels != -100).any().item():\n"
+        "            return self.model(encoded[\"input_ids\"].to(images.device), images)\n",
         # A benchmark reads the loss to wait for the step before it reads the clock.
         "import time\n\n\ndef bench(step, loader):\n"
         "    for batch in loader:\n"

@@ -26,6 +26,9 @@ MODULE_LEVEL = "<module>"
 # lazy-init and periodic blocks run rarely, a plain loop or comprehension repeats only as often as
 # the code around it (named in the reason when that code is per step).
 STEP_LOOP, LOOP, COMPREHENSION, LAZY, PERIODIC = "step-loop", "loop", "comprehension", "lazy-init", "periodic"
+# A `raise` statement and an `assert`'s message run only when the step fails.
+FAILURE = "failure-path"
+RARE_REGIONS = (LAZY, PERIODIC, FAILURE)
 # Call sites: what a call passes on to its callee. STEP: inside a step loop (per step whatever
 # the caller); COLD: inside a lazy-init or periodic block (nothing); LOOP: inside another loop;
 # PLAIN: the caller's own status.
@@ -133,6 +136,11 @@ class _Summarizer:
                 self.enter(kind, span, node.lineno, scope, lambda: self.block(node.body, scope))
             self.block(node.orelse, scope)
             scope.conditions -= 1
+        elif isinstance(node, ast.Raise):
+            self.region(FAILURE, node, scope, lambda: self.exprs([node.exc, node.cause], scope))
+        elif isinstance(node, ast.Assert) and node.msg is not None:
+            self.exprs([node.test], scope)
+            self.enter(FAILURE, self.span(node.msg), node.lineno, scope, lambda: self.exprs([node.msg], scope))
         else:
             if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
                     and _is_periodic(node.value, scope.periodic)):
@@ -311,7 +319,7 @@ def _site(regions: List[Tuple[str, Span]]) -> str:
     for kind, _ in reversed(regions):
         if kind == STEP_LOOP:
             return STEP
-        if kind in (LAZY, PERIODIC):
+        if kind in RARE_REGIONS:
             return COLD
         looped = True
     return LOOP_SITE if looped else PLAIN

@@ -556,3 +556,22 @@ def test_a_comprehension_over_batches_is_not_a_step_loop(tmp_path):
             return [x.item() for y, bs in zip(loss_batches, batch_sizes) for x in y[:bs]]
         """})
     assert found == []
+
+
+def test_assert_messages_and_raise_statements_run_only_on_failure(tmp_path):
+    found = _project(tmp_path, {"net.py": """
+        import torch
+
+        class Net(torch.nn.Module):
+            def forward(self, x, grid):
+                assert x.dim() == 3, f"bad grid {grid.tolist()} max {grid.max().item()}"
+                if x.shape[0] > 4:
+                    raise ValueError(f"batch too large: {describe(x)} {x.sum().item()}")
+                assert grid.min().item() >= 0
+                return x
+
+        def describe(x):
+            return x.mean().item()
+        """})
+    assert _rows(found) == [("net.py", 9)]
+    assert ("net.py", 6) not in _rows(found, "PFL102")
