@@ -70,6 +70,8 @@ def _check_module(module: cst.Module, source: str, path: str, settings: Settings
     candidates: List[Tuple[Rule, Report]] = []
     enabled = enabled_rules(settings, path)
     for rule in [*enabled, *outranking_rules(settings, path)]:
+        if rule.scope == "hot" and not hot.may_be_hot and not settings.reports_cold(rule.code):
+            continue  # it could only report per-step code, and the file has none
         try:
             candidates.extend((rule, report) for report in rule.check(ctx))
         except RecursionError:

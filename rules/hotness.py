@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from perflsp.rules import summary as S
 from perflsp.config import Settings
-from perflsp.rules.project import COLD, STEP, single_file_facts
+from perflsp.rules.project import COLD, SCRIPT_REASON, STEP, single_file_facts
 
 Position = Tuple[int, int]
 
@@ -39,6 +39,9 @@ class HotMap:
             self.regions.setdefault(region[6], []).append(region)
         self.lines = lines
         self.line_label = line_label
+        # Nothing in the file can be hot without a step loop or a per-step function in it.
+        self.may_be_hot = not self.test and (any(r[0] == S.STEP_LOOP for r in summary["regions"])
+                                             or any(state[0] == STEP for state in self.status.values()))
 
     @classmethod
     def for_source(cls, source: str, path: str, settings: Settings, line_label: Callable[[int], str]) -> "HotMap":
@@ -68,8 +71,9 @@ class HotMap:
         for region in self._regions_at(owner, position):
             kind = region[0]
             if kind == S.STEP_LOOP:
-                if function is not None and function["cold"] and state and state[0] == COLD:
-                    return COLD_CODE  # a loop over data in `process()` or `prepare_data()` is one-off work
+                if state and state[0] == COLD and (function is not None and function["cold"] or state[1] != SCRIPT_REASON):
+                    # a loop over data in `process()`, or an evaluation run every N steps, is not a step
+                    return COLD_CODE
                 return Hot(f"inside the step loop `{self._header(region[5])}` at {self.line_label(region[5])}", region[5])
             if kind in S.RARE_REGIONS:
                 return COLD_CODE

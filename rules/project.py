@@ -21,6 +21,12 @@ from perflsp.rules.measured import Verdict
 from perflsp.rules.hot_table import ENTRY_POINTS, RARE_METHODS, TORCH_NN, EntryPoint
 
 STEP, COLD = "step", "cold"
+# Why a function is cold when every caller is: a script's `main()` runs once, but the data and
+# step loops in it (and in what it calls) are the run's steps; code reached only from lazy-init,
+# periodic or failure blocks or from one-off functions runs rarely, its loops included (an
+# evaluation every N steps is amortised).
+SCRIPT_REASON = "only called from the script's top level"
+RARE_REASON = "only called from code that runs once or every N steps"
 _MAX_ALIAS_DEPTH = 8  # re-exports followed through at most this many `__init__` files
 _MAX_CHAIN = 3  # hops named in a hot reason before "…"
 
@@ -256,6 +262,7 @@ class Project:
                 queue.append(key)
         pending: Dict[str, int] = {}
         waiting: Dict[str, List[str]] = {}
+        from_script: Set[str] = set()  # reached from a script's top level: its step loops stay hot
         for caller, edges in self.edges.items():
             module_level = caller.endswith("." + S.MODULE_LEVEL)
             for callee, _, site, _ in edges:
@@ -263,20 +270,27 @@ class Project:
                     continue
                 if site == S.COLD or (module_level and site == S.PLAIN):
                     pending.setdefault(callee, 0)
+                    if site == S.PLAIN:
+                        from_script.add(callee)
                     continue
                 pending[callee] = pending.get(callee, 0) + 1
                 waiting.setdefault(caller, []).append(callee)
+
+        def settle(callee: str) -> None:
+            self.status[callee] = (COLD, SCRIPT_REASON if callee in from_script else RARE_REASON)
+            queue.append(callee)
+
         for callee, count in pending.items():
             if count == 0 and callee not in self.status:
-                self.status[callee] = (COLD, "only called from code that runs once")
-                queue.append(callee)
+                settle(callee)
         while queue:
             key = queue.popleft()
             for callee in waiting.get(key, ()):
                 pending[callee] -= 1
+                if self.status[key][1] == SCRIPT_REASON:
+                    from_script.add(callee)
                 if pending[callee] == 0 and callee not in self.status:
-                    self.status[callee] = (COLD, "only called from code that runs once")
-                    queue.append(callee)
+                    settle(callee)
         for key, function in self.functions.items():  # closures of cold code are cold
             parent = function["parent"]
             while parent and key not in self.status:

@@ -26,8 +26,10 @@ MODULE_LEVEL = "<module>"
 # lazy-init and periodic blocks run rarely, a plain loop or comprehension repeats only as often as
 # the code around it (named in the reason when that code is per step).
 STEP_LOOP, LOOP, COMPREHENSION, LAZY, PERIODIC = "step-loop", "loop", "comprehension", "lazy-init", "periodic"
-# A `raise` statement and an `assert`'s message run only when the step fails.
+# A `raise` statement, an `assert`'s message and an `if` block that ends raising or exiting run
+# only when the step fails.
 FAILURE = "failure-path"
+_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 RARE_REGIONS = (LAZY, PERIODIC, FAILURE)
 # Call sites: what a call passes on to its callee. STEP: inside a step loop (per step whatever
 # the caller); COLD: inside a lazy-init or periodic block (nothing); LOOP: inside another loop;
@@ -127,12 +129,14 @@ class _Summarizer:
             self.block(node.orelse, scope)
         elif isinstance(node, ast.If):
             self.exprs([node.test], scope)
-            kind = _rare_block(node, scope.periodic)
+            kind = FAILURE if _fails(node.body) else _rare_block(node, scope.periodic)
             scope.conditions += 1
             if kind is None:
                 self.block(node.body, scope)
             else:  # the `if` up to the end of its body: an `else` runs on the other steps
-                span = self.span(node)[:2] + self.span(node.body[-1])[2:]
+                # (a failure's test runs on every step: only its body is rare)
+                start = self.span(node.body[0] if kind == FAILURE else node)[:2]
+                span = start + self.span(node.body[-1])[2:]
                 self.enter(kind, span, node.lineno, scope, lambda: self.block(node.body, scope))
             self.block(node.orelse, scope)
             scope.conditions -= 1
@@ -407,6 +411,15 @@ def _modulo_in(test: ast.expr) -> Optional[ast.BinOp]:
             and test.comparators[0].value == 0 and isinstance(test.ops[0], ast.Eq)):
         return test.left
     return None
+
+
+def _fails(body: List[ast.stmt]) -> bool:
+    """The block ends the step with an error: its last statement raises or exits the program."""
+    last = body[-1]
+    if isinstance(last, ast.Raise):
+        return True
+    return (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
+            and ".".join(reversed(_names(last.value.func))) in _EXITS)
 
 
 def _negated(test: ast.expr) -> Optional[ast.expr]:

@@ -575,3 +575,53 @@ def test_assert_messages_and_raise_statements_run_only_on_failure(tmp_path):
         """})
     assert _rows(found) == [("net.py", 9)]
     assert ("net.py", 6) not in _rows(found, "PFL102")
+
+
+def test_an_evaluation_run_every_n_steps_is_amortised_but_a_script_main_still_trains(tmp_path):
+    found = _project(tmp_path, {"train.py": """
+        def calc_loss_loader(model, data_loader):
+            total = 0.0
+            for batch in data_loader:
+                total += model(batch).item()
+            return total
+
+        def train(model, loader, val_loader, eval_every):
+            for step, batch in enumerate(loader):
+                loss = model(batch)
+                if step % eval_every == 0:
+                    calc_loss_loader(model, val_loader)
+
+        def main():
+            train(build(), make_loader(), make_loader(), 100)
+
+        if __name__ == "__main__":
+            main()
+        """})
+    assert _rows(found) == []  # the only loop with `.item()` is an evaluation every 100 steps
+    found = _project(tmp_path, {"train.py": """
+        def train(model, loader):
+            for batch in loader:
+                print(model(batch).item())
+
+        def main():
+            train(build(), make_loader())
+
+        if __name__ == "__main__":
+            main()
+        """})
+    assert _rows(found) == [("train.py", 4)]
+
+
+def test_a_block_that_ends_the_run_is_a_failure_path(tmp_path):
+    found = _project(tmp_path, {"train.py": """
+        import math
+        import sys
+
+        def train(model, loader):
+            for batch in loader:
+                loss = model(batch)
+                if not math.isfinite(loss.item()):
+                    print("loss is", loss.item())
+                    sys.exit(1)
+        """})
+    assert _rows(found) == [("train.py", 8)]
