@@ -86,7 +86,7 @@ def _check_module(module: cst.Module, source: str, path: str, settings: Settings
     for rule, report in candidates:
         position = ctx.range_of(report.node)[0]
         reason = hot.classify(position)
-        if _reported(rule, reason, settings, lambda: hot.is_one_off(position)):
+        if _reported(rule, report, reason, settings, lambda: hot.is_one_off(position)):
             reports.append((rule, report, reason if isinstance(reason, Hot) else None))
     findings = [_finding(ctx, rule, report, reason, path, settings) for rule, report, reason in reports]
     # One cost, one finding, decided before selection and suppression (see `precedence`).
@@ -98,12 +98,15 @@ def _check_module(module: cst.Module, source: str, path: str, settings: Settings
     return findings
 
 
-def _reported(rule: Rule, reason: object, settings: Settings, one_off: Callable[[], bool]) -> bool:
-    """"hot" rules report in per-step code, "any" rules wherever the code is not known to run once
+def _reported(rule: Rule, report: Report, reason: object, settings: Settings, one_off: Callable[[], bool]) -> bool:
+    """"hot" rules report in per-step code (rules that need direct evidence only there or on a
+    tensor known to be on the accelerator), "any" rules wherever the code is not known to run once
     (a cost paid per execution), "setup" rules everywhere but in tests and one-off work such as
     dataset processing (a DataLoader built once in `__init__` still costs every step)."""
-    if isinstance(reason, Hot) or settings.reports_cold(rule.code):
+    if settings.reports_cold(rule.code):
         return True
+    if isinstance(reason, Hot):
+        return reason.direct or report.on_accelerator or not rule.needs_direct_evidence
     if rule.scope == "setup":
         return not one_off()
     return rule.scope == "any" and reason is not COLD_CODE

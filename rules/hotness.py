@@ -20,6 +20,10 @@ Position = Tuple[int, int]
 class Hot(NamedTuple):
     message: str  # "inside `for batch in loader` at line 4", "in `Net.forward`, which ..."
     row: int  # the line that makes it hot: a loop header or a def
+    # In a step loop's body or an entry point's own code (a `forward`, a measured function), not
+    # in a function reached through calls or in a loop nested in per-step code: the strongest
+    # evidence, which the sync rules need when nothing shows the tensor is on the accelerator.
+    direct: bool = False
 
 
 COLD_CODE = "cold"
@@ -74,7 +78,8 @@ class HotMap:
                 if state and state[0] == COLD and (function is not None and function["cold"] or state[1] != SCRIPT_REASON):
                     # a loop over data in `process()`, or an evaluation run every N steps, is not a step
                     return COLD_CODE
-                return Hot(f"inside the step loop `{self._header(region[5])}` at {self.line_label(region[5])}", region[5])
+                return Hot(f"inside the step loop `{self._header(region[5])}` at {self.line_label(region[5])}", region[5],
+                           direct=True)
             if kind in S.RARE_REGIONS:
                 return COLD_CODE
             loop = loop or region
@@ -86,7 +91,8 @@ class HotMap:
                      else f"inside `{self._header(loop[5])}` at {self.line_label(loop[5])}")
         if state is not None and state[0] == STEP and function is not None:
             in_function = f"in `{self._label(function['key'])}`, {state[1]}"
-            return Hot(f"{where} {in_function}" if where else in_function, loop[5] if loop else state[2] or function["row"])
+            return Hot(f"{where} {in_function}" if where else in_function, loop[5] if loop else state[2] or function["row"],
+                       direct=loop is None and state[3])
         # A loop in code not known to run per step is not hot: on real code such findings were
         # right 3 times in 36 (setup helpers, offline tools, loops over a handful of items).
         return None

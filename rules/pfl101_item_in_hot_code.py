@@ -5,8 +5,8 @@ from typing import Iterator
 import libcst as cst
 
 from perflsp.rules.context import NUMPY, PYTHON, ModuleContext
-from perflsp.rules.devices import on_host
-from perflsp.rules.rule import Invalid, Report, Rule
+from perflsp.rules.devices import ACCELERATOR, on_host, placement
+from perflsp.rules.rule import CALL_CHAINS, CALL_CHAINS_OPTION, Invalid, Report, Rule
 
 
 class ItemInHotCode(Rule):
@@ -26,6 +26,7 @@ class ItemInHotCode(Rule):
         "logger aggregate on the device."
     )
     scope = "hot"
+    options = {CALL_CHAINS: CALL_CHAINS_OPTION}
     valid = [
         "import torch\n\ndef train(model, loader, opt):\n    total = torch.zeros(())\n    for x, y in loader:\n        loss = model(x).sum()\n        total += loss.detach()\n    return total.item()\n",
         "import numpy as np\n\nfor row in range(10):\n    v = np.float64(row).item()\n",
@@ -85,5 +86,6 @@ class ItemInHotCode(Rule):
                 call, frame,
                 f"`{ctx.code(call)}` waits for the GPU to finish all queued work and copies the value "
                 "to the host, {where}; keep it on the device and read it once every N steps",
+                on_accelerator=placement(ctx, receiver, frame) == ACCELERATOR,
             )
 

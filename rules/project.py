@@ -355,7 +355,8 @@ class Project:
         return None
 
     def facts(self, module: str, summary: Dict[str, Any], label: Callable[[int], str] = _line) -> Dict[str, Any]:
-        """What the engine needs about one file: its summary and its functions' status."""
+        """What the engine needs about one file: its summary and its functions' status
+        ([STEP, why, call row or None, direct] or [COLD, why])."""
         functions: Dict[str, List[str]] = {}
         for function in summary["functions"]:
             key = function["key"]
@@ -363,7 +364,9 @@ class Project:
             if state is None:
                 continue
             if state[0] == STEP:
-                functions[key] = [STEP, self.explain(key, label) or "runs on every step", self._call_row(key, module)]
+                # direct: an entry point itself (or measured), not a function reached through calls
+                functions[key] = [STEP, self.explain(key, label) or "runs on every step", self._call_row(key, module),
+                                  state[1][0] == "entry"]
             else:
                 functions[key] = [COLD, state[1]]
         return {"summary": summary, "functions": functions}

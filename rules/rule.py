@@ -59,6 +59,18 @@ class Report:
     frame: Frame
     message: str  # "{where}" is replaced by why the code is hot ("inside `for b in loader` at line 4")
     fix: Optional[FixSpec] = None
+    on_accelerator: bool = False  # the code shows the tensor lives on the GPU (see `CALL_CHAINS`)
+
+
+# The option of a "hot" rule that, by default, reports code reached through a call chain or in a
+# loop nested in per-step code only when the tensor is known to be on the accelerator. For syncs,
+# on four samples of unseen real code judged by hand, findings directly in a step loop or a
+# `forward` were right about 3 times in 4, those in functions called from a step loop 9 times in
+# 31: there the data was often already on the host (metrics on a driver process, metadata), which
+# no file shows.
+CALL_CHAINS = "call-chains"
+CALL_CHAINS_OPTION = Option(False, "also report per-step code reached through calls or in a loop nested in it "
+                                   "when nothing shows the tensor is on the GPU")
 
 
 class Rule:
@@ -83,8 +95,14 @@ class Rule:
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
         raise NotImplementedError
 
-    def report(self, node: cst.CSTNode, frame: Frame, message: str, fix: Optional[FixSpec] = None) -> Report:
-        return Report(node, frame, message, fix)
+    @property
+    def needs_direct_evidence(self) -> bool:
+        """See `CALL_CHAINS`."""
+        return self.opts.get(CALL_CHAINS) is False
+
+    def report(self, node: cst.CSTNode, frame: Frame, message: str, fix: Optional[FixSpec] = None,
+               on_accelerator: bool = False) -> Report:
+        return Report(node, frame, message, fix, on_accelerator)
 
     @staticmethod
     def replace(message: str, applicability: str, *pairs: Tuple[cst.CSTNode, Union[cst.CSTNode, str]]) -> FixSpec:

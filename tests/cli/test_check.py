@@ -162,7 +162,7 @@ def test_stdin(perflsp_cli, tmp_path):
 def test_notebook_cells_are_one_program(perflsp_cli, tmp_path):
     nb = {
         "cells": [
-            {"cell_type": "code", "source": ["import torch\n", "def helper(t):\n", "    return t.item()\n"], "metadata": {}, "outputs": [], "execution_count": None},
+            {"cell_type": "code", "source": ["import torch\n", "def helper(t):\n", "    return t.cuda().item()\n"], "metadata": {}, "outputs": [], "execution_count": None},
             {"cell_type": "markdown", "source": ["# Training\n"], "metadata": {}},
             {"cell_type": "code", "source": ["%matplotlib inline\n", "for b in loader:\n", "    helper(b)\n"], "metadata": {}, "outputs": [], "execution_count": None},
         ],

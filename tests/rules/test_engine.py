@@ -14,8 +14,10 @@ from perflsp.rules.notebook import check_cells
 
 
 def _check(source, **settings):
-    """Every rule, preview ones included: these tests are about the engine."""
-    return check_source(textwrap.dedent(source), "m.py", Settings(**{"preview": True, **settings}))
+    """Every rule, preview ones included, and PFL101 wherever the code is per step (not only where
+    the evidence is direct): these tests are about the engine."""
+    defaults = {"preview": True, "rule_options": (("PFL101", (("call-chains", True),)),)}
+    return check_source(textwrap.dedent(source), "m.py", Settings(**{**defaults, **settings}))
 
 
 def _codes(source, **settings):

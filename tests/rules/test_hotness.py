@@ -23,7 +23,10 @@ def _project(root: Path, files: Dict[str, str], **overrides) -> List[Tuple[str, 
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
-    results = check_paths(discover([str(root)]), {"preview": True, **overrides}, jobs=1)  # every rule: hotness is the subject
+    # Every rule, and PFL101 wherever the code is per step (it asks for stronger evidence by
+    # default, which test_sync_rules_need_direct_evidence covers): hotness is the subject here.
+    defaults = {"preview": True, "rules": {"PFL101": {"call-chains": True}}}
+    results = check_paths(discover([str(root)]), {**defaults, **overrides}, jobs=1)
     return [(Path(r.path).relative_to(root).as_posix(), f.start.row, f.code, f.hot.message if f.hot else "")
             for r in results for f in r.findings]
 
@@ -625,3 +628,31 @@ def test_a_block_that_ends_the_run_is_a_failure_path(tmp_path):
                     sys.exit(1)
         """})
     assert _rows(found) == [("train.py", 8)]
+
+
+def test_sync_rules_need_direct_evidence(tmp_path):
+    files = {"train.py": """
+        import torch
+
+        class Net(torch.nn.Module):
+            def forward(self, x):
+                scale = x.abs().max().item()
+                for row in x:
+                    print(row.sum().item())
+                return x / scale
+
+        def metrics(batch):
+            return {"score": batch["score"].mean().item(), "loss": batch["loss"].cuda().mean().item()}
+
+        def train(model, loader):
+            for batch in loader:
+                loss = model(batch["x"])
+                print(loss.item())
+                metrics(batch)
+        """}
+    strict = _project(tmp_path, files, rules={})
+    # In `forward` itself and in the step loop: reported. In `metrics`, reached through a call, and
+    # in the loop nested in `forward`: only the tensor moved to the GPU.
+    assert _rows(strict) == [("train.py", 6), ("train.py", 12), ("train.py", 17)]
+    assert _rows(_project(tmp_path, files)) == [("train.py", 6), ("train.py", 8), ("train.py", 12), ("train.py", 12),
+                                                ("train.py", 17)]
