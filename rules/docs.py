@@ -41,8 +41,8 @@ def tier(rule: Type[Rule]) -> str:
 
 def _tier_line(rule: Type[Rule]) -> str:
     if rule.preview:
-        return f"Tier: preview. {rule.preview_reason} {_PREVIEW_MODE}"
-    return "Tier: stable (on by default)."
+        return f"Tier: preview. {rule.tier_reason} {_PREVIEW_MODE}"
+    return f"Tier: stable (on by default). {rule.tier_reason}"
 
 
 def render_rule(rule: Type[Rule]) -> str:

@@ -34,7 +34,7 @@ class HostCopyInHotCode(Rule):
     )
     scope = "hot"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
         "bench/realworld/) it was right 1 time in 8 decided findings: most host copies it "
         "reported are required (decoding generated tokens, numpy or scipy APIs, hashing, MPS "

@@ -41,7 +41,7 @@ class TensorToPython(Rule):
     )
     scope = "hot"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
         "bench/realworld/) it was right 2 times in 4 decided findings: Python values taken for "
         "tensors and checks on CPU parameters remain."

@@ -55,7 +55,7 @@ class DataDependentShape(Rule):
     )
     scope = "hot"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
         "bench/realworld/) it was right 2 times in 7 decided findings: many data-dependent shapes "
         "are the function's contract (variable-length matches, per-image box lists)."

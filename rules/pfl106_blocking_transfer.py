@@ -34,7 +34,7 @@ class BlockingTransfer(Rule):
     )
     scope = "hot"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
         "bench/realworld/) it was right 2 times in 9 decided findings: most `.to(device)` calls "
         "it reported move parameters or buffers already on the device."

@@ -35,7 +35,7 @@ class PylistToDevice(Rule):
     )
     scope = "hot"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
         "bench/realworld/) none of 4 decided findings was a real cost (10 more were judged "
         "minor): the lists are a handful of numbers."

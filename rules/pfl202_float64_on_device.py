@@ -63,7 +63,7 @@ class Float64OnDevice(Rule):
     )
     scope = "any"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
         "bench/realworld/) none of 8 decided findings was a real cost: float64 there was "
         "deliberate, on tiny tensors, or in one-off statistics."

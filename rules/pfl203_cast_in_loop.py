@@ -76,6 +76,11 @@ class CastInLoop(Rule):
         "keep a low-precision copy in sync explicitly or use `torch.autocast`."
     )
     scope = "hot"
+    preview = True
+    tier_reason = (
+        "Too little evidence: one finding on 26 unseen repositories (judged by hand, 2026-12-01; "
+        "bench/realworld/), judged minor (a batch-size mask)."
+    )
     valid = [
         "import torch\n\ndef decode(model, tokens, mask, steps):\n    mask = mask.float()\n"
         "    for _ in range(steps):\n        tokens = model(tokens, mask)\n    return tokens\n",

@@ -307,7 +307,7 @@ class LayoutCopy(Rule):
     scope = "hot"
     fix_safety = "unsafe"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On real code nearly every copy it used to report after a transpose was needed (merging "
         "attention heads); it now reports only copies that a matmul or `scaled_dot_product_attention` "
         "would read in place, and stays in preview until real code confirms that narrower rule."

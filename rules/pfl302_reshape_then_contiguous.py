@@ -73,7 +73,7 @@ class ReshapeThenContiguous(Rule):
     )
     scope = "hot"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On 11 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
         "bench/realworld/judged3-2026-12-01.jsonl) none of 13 findings was worth a change: where the "
         "call does nothing it costs one dispatch, and after `.reshape()` of a split or sliced view "

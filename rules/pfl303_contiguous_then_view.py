@@ -27,7 +27,7 @@ class ContiguousThenView(Rule):
     how_to_fix = "Replace `x.contiguous().view(shape)` with `x.reshape(shape)`."
     scope = "hot"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
         "bench/realworld/) none of 8 decided findings could save a copy: after a permute "
         "`.reshape()` must copy too, and on a fresh tensor neither copies."

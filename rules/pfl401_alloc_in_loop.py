@@ -181,7 +181,7 @@ class AllocInLoop(Rule):
     )
     scope = "hot"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
         "bench/realworld/) none of 3 decided findings was a real cost (3 more were judged minor): "
         "the tensors are tiny or must be fresh on each iteration."

@@ -63,7 +63,7 @@ class CreateThenMove(Rule):
     how_to_fix = "Pass the device to the factory: `torch.zeros(n, device=device)`."
     scope = "hot"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
         "bench/realworld/) it was right 3 times in 6 decided findings: host-side creation was "
         "sometimes required (a CPU random generator, numpy output)."

@@ -43,7 +43,7 @@ class InvariantTransfer(Rule):
     how_to_fix = "Move the tensor once before the loop (`w = w.to(device)`) and use the device copy inside it."
     scope = "hot"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
         "bench/realworld/) none of 6 decided findings was a real copy: the tensor was already on "
         "the device or changed on every iteration."

@@ -59,6 +59,12 @@ class CatAccumulate(Rule):
         "model), only preallocation works: fill one column per step and read `out[:, :n]`."
     )
     scope = "hot"
+    preview = True
+    tier_reason = (
+        "On unseen real code (judged by hand, 2026-12-01; bench/realworld/) none of 12 findings was "
+        "worth a change: the loops ran two or three times, not long enough for the quadratic copy to "
+        "matter."
+    )
     valid = [
         "import torch\n\n@torch.no_grad()\ndef embed_all(model, loader):\n    chunks = []\n"
         "    for x in loader:\n        chunks.append(model(x))\n    return torch.cat(chunks)\n",

@@ -75,7 +75,7 @@ class ElementwisePythonLoop(Rule):
     )
     scope = "hot"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
         "bench/realworld/) it was right 3 times in 5 decided findings: some loops are sequential "
         "by nature or produce ragged per-item results."

@@ -121,7 +121,7 @@ class DataloaderWorkers(Rule):
     )
     scope = "setup"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
         "bench/realworld/) none of 10 decided findings was a real cost (12 more were judged "
         "minor): pre-tokenized data, loaders read once, datasets that return CUDA tensors (where "

@@ -27,7 +27,7 @@ class DataloaderPinning(Rule):
     )
     scope = "setup"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "On 13 real repositories nobody tuned the rules on (judged by hand, 2026-12-01; "
         "bench/realworld/) it was right 1 time in 4 decided findings (10 more were judged minor): "
         "small token batches gain little from pinning, and CUDA-returning datasets cannot be "

@@ -24,6 +24,11 @@ class ZeroGradKeep(Rule):
     )
     how_to_fix = "Call `zero_grad()` with `set_to_none=True` (or no argument on PyTorch 2.0 and later)."
     scope = "setup"
+    preview = True
+    tier_reason = (
+        "Too little evidence: 2 findings on unseen real code (judged by hand, 2026-12-01; "
+        "bench/realworld/), one right, one where a parameter server adds into the zeroed gradients."
+    )
     fix_safety = "unsafe"
     valid = [
         "import torch\n\n\ndef train(model, loader, opt):\n    for x, y in loader:\n"

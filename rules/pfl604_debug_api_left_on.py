@@ -70,6 +70,11 @@ class DebugApiLeftOn(Rule):
         "debugging a CUDA error."
     )
     scope = "setup"
+    preview = True
+    tier_reason = (
+        "Too little evidence: 2 findings on unseen real code (judged by hand, 2026-12-01; "
+        "bench/realworld/), both profiler demos that profile on purpose."
+    )
     valid = [
         "import torch\n\n\ndef train(model, loader, opt, args):\n"
         "    torch.autograd.set_detect_anomaly(args.debug)\n    for x, y in loader:\n"

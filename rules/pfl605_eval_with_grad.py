@@ -50,6 +50,11 @@ class EvalWithGrad(Rule):
         "`@torch.inference_mode()`."
     )
     scope = "hot"
+    preview = True
+    tier_reason = (
+        "Too little evidence: no finding in the 45 unseen repositories sampled (judged by hand, 2026-12-01; "
+        "bench/realworld/) to judge it by."
+    )
     valid = [
         "import torch\n\n\n@torch.inference_mode()\ndef evaluate(model, loader, device):\n    model.eval()\n    correct = 0\n"
         "    for images, labels in loader:\n        images, labels = images.to(device), labels.to(device)\n"

@@ -179,7 +179,7 @@ def test_fix_keeps_a_byte_order_mark_and_crlf_line_endings(perflsp_cli, tmp_path
               "    return th.cuda.FloatTensor(batch, size).zero_()\n")
     target = tmp_path / "hidden.py"
     target.write_bytes(b"\xef\xbb\xbf" + source.replace("\n", "\r\n").encode())
-    result = perflsp_cli("check", "hidden.py", "--fix", "--no-cache")
+    result = perflsp_cli("check", "hidden.py", "--fix", "--no-cache", "--preview")  # PFL204 is in preview
     assert result.returncode == 0, result.stdout + result.stderr
     fixed = source.replace("th.cuda.FloatTensor(batch, size)", 'th.empty(batch, size, dtype=th.float32, device="cuda")')
     assert target.read_bytes() == b"\xef\xbb\xbf" + fixed.replace("\n", "\r\n").encode()

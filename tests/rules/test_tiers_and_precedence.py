@@ -66,11 +66,11 @@ def test_preview_is_a_validated_config_key_and_part_of_the_cache_key(tmp_path):
 
 def test_every_page_states_the_tier_and_a_preview_rule_says_why():
     pfl301, pfl101 = registry.rule_by_code("PFL301"), registry.rule_by_code("PFL101")
-    assert f"Tier: preview. {pfl301.preview_reason}" in render_rule(pfl301)
-    assert "Tier: stable" in render_rule(pfl101)
+    assert f"Tier: preview. {pfl301.tier_reason}" in render_rule(pfl301)
+    assert f"Tier: stable (on by default). {pfl101.tier_reason}" in render_rule(pfl101)
     assert "| [PFL301](PFL301.md) | layout-copy | preview |" in render_index()
     for rule in registry.all_rules():
-        assert bool(rule.preview_reason) == rule.preview, rule.code
+        assert rule.tier_reason, f"{rule.code} does not say why it is in its tier"
 
 
 def test_the_winner_reports_and_silencing_it_does_not_bring_the_loser_back():
