@@ -32,6 +32,8 @@ PARAMS = "params"  # model.parameters(): iterating it yields tensors
 NAMED_PARAMS = "named-params"  # model.named_parameters(): yields (name, tensor)
 
 # torch.<name> callables that do not return tensors.
+# `torch.cuda.synchronize()` and its siblings for other backends (`torch.cpu.synchronize` is a no-op).
+DEVICE_SYNC = re.compile(r"^torch\.(cuda|xpu|mps|accelerator)\.synchronize$")
 # Host clocks: code that reads one is measuring, and must synchronize to measure the GPU's work.
 CLOCKS = frozenset({
     "time.perf_counter", "time.perf_counter_ns", "time.time", "time.time_ns", "time.monotonic",
@@ -108,9 +110,11 @@ class ModuleContext:
             yield current
             stack.extend(iter_children(current))
 
-    def before_clock_read(self, node: cst.CSTNode) -> bool:
-        """The statement holding `node` is followed by one that reads a host clock: a sync there
-        (`loss.item()`, then `t1 = time.perf_counter()`) is what makes the time right."""
+    def waits_anyway(self, node: cst.CSTNode) -> bool:
+        """The code around `node` already waits for the GPU on purpose: the statement before or
+        after it calls `torch.cuda.synchronize()`, or the next one reads a host clock (a sync there,
+        `loss.item()` then `t1 = time.perf_counter()`, is what makes the time right). A sync at
+        `node` then adds no stall."""
         child, parent = node, self.parent(node)
         while parent is not None and not isinstance(parent, (cst.IndentedBlock, cst.Module)):
             child, parent = parent, self.parent(parent)
@@ -118,8 +122,14 @@ class ModuleContext:
             return False
         body = list(parent.body)
         index = next(i for i, stmt in enumerate(body) if stmt is child)
-        return any(isinstance(n, cst.Call) and self.qualname(n.func) in CLOCKS
-                   for stmt in body[index + 1:index + 2] for n in self.descendants(stmt))
+        before, after = self._calls(body[max(index - 1, 0):index]), self._calls(body[index + 1:index + 2])
+        return (any(q in CLOCKS or DEVICE_SYNC.match(q) for q in after)
+                or any(DEVICE_SYNC.match(q) for q in before))
+
+    def _calls(self, statements: List[cst.CSTNode]) -> List[str]:
+        """The qualified names of the calls in `statements`."""
+        names = (self.qualname(n.func) for stmt in statements for n in self.descendants(stmt) if isinstance(n, cst.Call))
+        return [name for name in names if name]
 
     def code(self, node: cst.CSTNode, limit: int = 60) -> str:
         """The node's source on one line, shortened for messages."""

@@ -1,16 +1,13 @@
 from __future__ import annotations
 
-import re
 from typing import Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from perflsp.rules.context import CLOCKS, ModuleContext
+from perflsp.rules.context import CLOCKS, DEVICE_SYNC, ModuleContext
 from perflsp.rules.rule import Invalid, Report, Rule
 from perflsp.rules.walk import Frame
 
-# `torch.cuda.synchronize()` and its siblings for other backends (`torch.cpu.synchronize` is a no-op).
-_DEVICE_SYNC = re.compile(r"^torch\.(cuda|xpu|mps|accelerator)\.synchronize$")
 
 
 class ExplicitSynchronize(Rule):
@@ -117,7 +114,7 @@ class ExplicitSynchronize(Rule):
 
 def _is_synchronize(ctx: ModuleContext, call: cst.Call, qualname: Optional[str]) -> bool:
     if qualname is not None:
-        return bool(_DEVICE_SYNC.match(qualname))
+        return bool(DEVICE_SYNC.match(qualname))
     # `stream.synchronize()`, `event.synchronize()`, `torch.cuda.current_stream().synchronize()`
     return ctx.method_name(call) == "synchronize" and not call.args
 

@@ -77,6 +77,7 @@ def test_select_ignore_and_per_file_ignores(perflsp_cli, tmp_path):
 
 
 def test_preview_from_the_command_line_and_the_config(perflsp_cli, tmp_path):
+    (tmp_path / "perflsp.toml").unlink()
     (tmp_path / "scores.py").write_text(SCORES)
     codes = lambda *a: [f["code"] for f in _json(perflsp_cli("check", ".", "--output-format", "json", *a))]
     assert codes() == []
@@ -87,6 +88,7 @@ def test_preview_from_the_command_line_and_the_config(perflsp_cli, tmp_path):
 
 
 def test_selecting_a_preview_rule_without_preview_warns(perflsp_cli, tmp_path):
+    (tmp_path / "perflsp.toml").unlink()
     (tmp_path / "scores.py").write_text(SCORES)
     result = perflsp_cli("check", ".", "--select", "PFL301", "--no-cache")
     assert result.returncode == 0, result.stdout
@@ -104,8 +106,9 @@ def test_suppression_comments(perflsp_cli, tmp_path):
 
 
 def test_config_from_pyproject_and_bad_key(perflsp_cli, tmp_path):
+    (tmp_path / "perflsp.toml").unlink()
     (tmp_path / "loop.py").write_text(LOOP_ITEM)
-    (tmp_path / "pyproject.toml").write_text('[tool.perflsp]\nignore = ["PFL101"]\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.perflsp]\npreview = true\nignore = ["PFL101"]\n')
     assert _json(perflsp_cli("check", ".", "--output-format", "json", "--no-cache")) == []
     (tmp_path / "pyproject.toml").write_text('[tool.perflsp]\nignroe = ["PFL101"]\n')
     result = perflsp_cli("check", ".", "--no-cache")
@@ -119,10 +122,10 @@ def test_config_from_pyproject_and_bad_key(perflsp_cli, tmp_path):
 def test_hot_functions_and_report_cold_config(perflsp_cli, tmp_path):
     (tmp_path / "m.py").write_text("import torch\n\ndef fit_batch(x: torch.Tensor):\n    return x.sum().item()\n")
     assert _json(perflsp_cli("check", "m.py", "--output-format", "json", "--no-cache")) == []
-    (tmp_path / "perflsp.toml").write_text('hot-functions = ["fit_batch"]\n')
+    (tmp_path / "perflsp.toml").write_text('preview = true\nhot-functions = ["fit_batch"]\n')
     [finding] = _json(perflsp_cli("check", "m.py", "--output-format", "json", "--no-cache"))
     assert "fit_batch" in finding["hot"]["message"]
-    (tmp_path / "perflsp.toml").write_text("report-cold = true\n")
+    (tmp_path / "perflsp.toml").write_text("preview = true\nreport-cold = true\n")
     [finding] = _json(perflsp_cli("check", "m.py", "--output-format", "json", "--no-cache"))
     assert finding["hot"] is None and finding["severity"] == "info"
 
@@ -162,7 +165,7 @@ def test_stdin(perflsp_cli, tmp_path):
 def test_notebook_cells_are_one_program(perflsp_cli, tmp_path):
     nb = {
         "cells": [
-            {"cell_type": "code", "source": ["import torch\n", "def helper(t):\n", "    return t.cuda().item()\n"], "metadata": {}, "outputs": [], "execution_count": None},
+            {"cell_type": "code", "source": ["import torch\n", "def helper(t):\n", "    return (t * torch.ones((), device=\"cuda\")).item()\n"], "metadata": {}, "outputs": [], "execution_count": None},
             {"cell_type": "markdown", "source": ["# Training\n"], "metadata": {}},
             {"cell_type": "code", "source": ["%matplotlib inline\n", "for b in loader:\n", "    helper(b)\n"], "metadata": {}, "outputs": [], "execution_count": None},
         ],
@@ -193,7 +196,8 @@ def test_gitignore_and_exclude(perflsp_cli, tmp_path):
     (tmp_path / "vendor").mkdir()
     (tmp_path / "vendor" / "loop.py").write_text(LOOP_ITEM)
     (tmp_path / "mine.py").write_text(LOOP_ITEM)
-    (tmp_path / "pyproject.toml").write_text('[tool.perflsp]\nexclude = ["vendor"]\n')
+    (tmp_path / "perflsp.toml").unlink()  # it would shadow pyproject.toml
+    (tmp_path / "pyproject.toml").write_text('[tool.perflsp]\npreview = true\nexclude = ["vendor"]\n')
     findings = _json(perflsp_cli("check", ".", "--output-format", "json", "--no-cache"))
     assert [Path(f["filename"]).name for f in findings] == ["mine.py"]
     # an explicit file argument is checked, unless --force-exclude (pre-commit's hook passes it)
@@ -226,9 +230,9 @@ def test_rule_command(perflsp_cli):
     assert page.returncode == 0
     for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety"):
         assert heading in page.stdout
-    assert "Tier: stable" in page.stdout and "Tier: preview" in perflsp_cli("rule", "PFL301").stdout
+    assert "Tier: preview" in page.stdout and "Tier: stable" in perflsp_cli("rule", "PFL503").stdout
     listing = perflsp_cli("rule", "--all").stdout.splitlines()
-    assert any(line.startswith("PFL101") and " stable " in line for line in listing)
+    assert any(line.startswith("PFL503") and " stable " in line for line in listing)
     assert any(line.startswith("PFL301") and " preview " in line for line in listing)
     assert perflsp_cli("rule", "PFL999").returncode == 2
 

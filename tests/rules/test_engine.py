@@ -237,16 +237,16 @@ def test_a_failing_rule_costs_only_that_rule(monkeypatch, caplog):
 ])
 def test_suppression_comments(comment, silenced):
     source = f"for x in loader:\n    x.item()  {comment}\n"
-    assert (check_source(source, "m.py", Settings()) == []) == silenced
+    assert (check_source(source, "m.py", Settings(preview=True)) == []) == silenced
 
 
 def test_noqa_inside_a_string_is_not_a_comment():
     source = 'for x in loader:\n    x.item(); s = "# noqa"\n'
-    assert [f.code for f in check_source(source, "m.py", Settings())] == ["PFL101"]
+    assert [f.code for f in check_source(source, "m.py", Settings(preview=True))] == ["PFL101"]
 
 
 def test_notebook_cell_that_does_not_parse_leaves_the_others_analysed():
     cells = ["import torch\n", "def f(:\n", "for b in loader:\n    b.item()\n", "!pip install x\n%time y = 1\n"]
-    findings = check_cells(cells, "nb.ipynb", Settings())
+    findings = check_cells(cells, "nb.ipynb", Settings(preview=True))
     assert [(f.code, f.cell, f.start.row) for f in findings] == [("PFL000", 2, 1), ("PFL101", 3, 2)]
     assert findings[1].hot.message == "inside the step loop `for b in loader` at line 1 of cell 3"

@@ -12,7 +12,7 @@ LOOP = "import torch\nfor b in loader:\n    x = {}\n"
 
 
 def _codes(expression):
-    return [f.code for f in check_source(LOOP.format(expression), "m.py", Settings())]
+    return [f.code for f in check_source(LOOP.format(expression), "m.py", Settings(preview=True))]
 
 
 @pytest.mark.parametrize("expression", [
@@ -35,7 +35,7 @@ def test_code_at_the_limits_is_analysed(expression):
     ('f"{' + "(" * (MAX_BRACKETS + 1) + '1}"', 3, 8),  # fields are code, counted inside the string's token
 ], ids=["parentheses", "unclosed", "sum", "lambdas", "f-string"])
 def test_code_past_the_limits_is_one_pfl000_where_it_goes_past(expression, row, column):
-    [finding] = check_source(LOOP.format(expression), "m.py", Settings())
+    [finding] = check_source(LOOP.format(expression), "m.py", Settings(preview=True))
     assert finding.code == "PFL000" and (finding.start.row, finding.start.column) == (row, column)
     assert "perflsp skipped this file" in finding.message
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from perflsp.config import Settings
 from perflsp.rules.notebook import Program, check_cells
 
-ONLY_PFL101 = Settings(select=("PFL101",))
+ONLY_PFL101 = Settings(select=("PFL101",), preview=True)
 
 
 def findings(*cells: str):

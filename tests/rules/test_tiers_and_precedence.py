@@ -50,7 +50,7 @@ def test_a_preview_rule_selected_by_its_code_still_needs_preview_and_says_so():
     [warning] = registry.preview_warnings(settings)
     assert warning.startswith("Selection `PFL301` has no effect because preview is not enabled")
     # A prefix that also names stable rules is no mistake; in preview mode nothing is.
-    assert registry.preview_warnings(Settings(select=("PFL1",))) == []
+    assert registry.preview_warnings(Settings(select=("PFL5",))) == []
     assert registry.preview_warnings(Settings(select=("PFL301",), preview=True)) == []
     assert _codes(SCORES, select=("PFL3",), preview=True) == [("PFL301", 5)]
 
@@ -65,9 +65,9 @@ def test_preview_is_a_validated_config_key_and_part_of_the_cache_key(tmp_path):
 
 
 def test_every_page_states_the_tier_and_a_preview_rule_says_why():
-    pfl301, pfl101 = registry.rule_by_code("PFL301"), registry.rule_by_code("PFL101")
+    pfl301, pfl503 = registry.rule_by_code("PFL301"), registry.rule_by_code("PFL503")
     assert f"Tier: preview. {pfl301.tier_reason}" in render_rule(pfl301)
-    assert f"Tier: stable (on by default). {pfl101.tier_reason}" in render_rule(pfl101)
+    assert f"Tier: stable (on by default). {pfl503.tier_reason}" in render_rule(pfl503)
     assert "| [PFL301](PFL301.md) | layout-copy | preview |" in render_index()
     for rule in registry.all_rules():
         assert rule.tier_reason, f"{rule.code} does not say why it is in its tier"

@@ -84,10 +84,11 @@ async def test_a_bad_config_is_shown_once_and_linting_goes_on_with_defaults(star
 
 async def test_bad_editor_settings_are_reported_and_left_out(start):
     session = await start(NEOVIM, init_options={"settings": {"ignore": ["PFL999"], "run": "sometimes"}})
-    uri = session.open("train.py", TRAIN)
+    clip = "        for p in model.parameters():\n            p.grad.mul_(0.5)\n"  # PFL503, a stable rule
+    uri = session.open("train.py", TRAIN + clip)
     # The bad overrides are left out as a whole (the pinned `select` and `preview` with them):
-    # all stable rules run, and only they.
-    assert codes(await session.diagnostics(uri, version=1)) == ["PFL101"]
+    # all stable rules run, and only they (PFL101, PFL106 and PFL303 are in preview).
+    assert codes(await session.diagnostics(uri, version=1)) == ["PFL503"]
     await asyncio.sleep(0.2)
     text = "\n".join(m.message for m in session.client.messages)
     assert "`run` must be one of onType, onSave" in text

@@ -42,7 +42,7 @@ def step(a, b):
     d = c.relu() + a
     for _ in range(3):
         d = d * 2
-        total = d.sum().item()
+    total = d.sum().item()
     return total
 
 

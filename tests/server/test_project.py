@@ -31,6 +31,8 @@ CHAIN = "in `log`, called from `Net.forward` (model.py:8), which runs on every f
 def workspace(root):
     """The project on disk before the editor starts."""
     root.mkdir(parents=True, exist_ok=True)
+    # The graph is under test: PFL101 reports what calls make hot, not only direct evidence.
+    (root / "perflsp.toml").write_text("[rules.PFL101]\ncall-chains = true\n")
     (root / "helpers.py").write_text(HELPERS)
     (root / "model.py").write_text(MODEL)
     return root
