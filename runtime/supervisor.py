@@ -37,7 +37,7 @@ JOB_PREFIX = "perflsp-job-"
 @dataclass
 class Outcome:
     exit_code: Optional[int]  # the child's, None when killed by us
-    payload: Optional[Dict[str, Any]]  # what the child wrote as its result
+    payload: Optional[Dict[str, Any]]  # what the child wrote as its result (last written, if it timed out)
     timed_out: bool = False
     signal_number: Optional[int] = None
     phase: str = "start"
@@ -169,8 +169,9 @@ def _watch(paths: Dict[str, str], timeout_s: float, on_message: Callable[[Dict[s
     outcome.elapsed_s = time.monotonic() - started
     if outcome.exit_code is not None and outcome.exit_code < 0:
         outcome.signal_number = -outcome.exit_code
-    if not outcome.timed_out:
-        outcome.payload = _read_json(paths["result.json"])
+    # A timed-out job may have written a partial result (a compile job writes its graph breaks
+    # before compiling); a profile job writes its result only when complete.
+    outcome.payload = _read_json(paths["result.json"])
     outcome.hot = _read_json(paths["hot.json"])
     return outcome
 
