@@ -48,9 +48,11 @@ PHASES = {
     "start": "starting", "import": "importing the target", "peaks": "measuring device ceilings (cached afterwards)",
     "setup": "building inputs", "program": "running the program", "warm-up": "warming up", "timing": "timing",
     "profile": "profiling", "attribution": "attributing ops to lines", "analysis": "analysing",
+    "explain": "finding graph breaks", "compile": "compiling (torch.compile)",
 }
 PREFLIGHT = ("import importlib.util as u; print(u.find_spec('perflsp') is not None, "
              "u.find_spec('torch') is not None)")
+DEFAULT_TIMEOUT_S = 300.0  # the runtime's, when perflsp.profile.timeout is not set
 KILL_GRACE_S = 0.5  # after SIGINT, the runtime's own cleanup gets this long before SIGKILL
 KEPT_LINE_BYTES = 4096  # of each line of the runtime's output, for error messages
 
@@ -65,6 +67,7 @@ class Entry:
 class Job:
     path: str
     qualname: str
+    compile: bool = False  # "Try torch.compile": the profile plus the compiled run (docs/compile.md)
     process: Optional[asyncio.subprocess.Process] = None
     cancelled: bool = False
     token: Optional[str] = None
@@ -275,16 +278,28 @@ class Profiler:
                                                                   arguments=[uri, function.qualname])))
         return lenses
 
-    def code_action(self, uri: str, rng: T.Range) -> Optional[T.CodeAction]:
+    def code_actions(self, uri: str, rng: T.Range) -> List[T.CodeAction]:
+        """"Profile this function" and "Try torch.compile on this function" for the function at
+        `rng`. When its shown profile names torch.compile as a lever, the second one is that
+        lever's quick fix, tied to the verdict's diagnostic."""
         if not self.offers_profiling(uri):
-            return None
+            return []
         text = self.text_of(uri)
         function = view.function_at(text, rng.start.line) if text is not None else None
-        if function is None:
-            return None
-        return T.CodeAction(title=f"Profile this function ({function.qualname})",
-                            command=T.Command(title="Profile this function", command="perflsp.profileFunction",
-                                              arguments=[uri, function.qualname]))
+        if text is None or function is None:
+            return []
+        arguments = [uri, function.qualname]
+        compile_action = T.CodeAction(title=f"Try torch.compile on this function ({function.qualname})",
+                                      command=T.Command(title="Try torch.compile on this function",
+                                                        command="perflsp.compileFunction", arguments=arguments))
+        for where, _ in self.placed(uri, text):
+            if where.function.qualname == function.qualname and view.compile_is_a_lever(where.result):
+                compile_action.kind = T.CodeActionKind.QuickFix
+                compile_action.diagnostics = view.diagnostics(where, text.split("\n"), self.server.encoder.units)[:1]
+        return [T.CodeAction(title=f"Profile this function ({function.qualname})",
+                             command=T.Command(title="Profile this function", command="perflsp.profileFunction",
+                                               arguments=arguments)),
+                compile_action]
 
     def hover(self, uri: str, position: T.Position) -> Optional[str]:
         path = self.file_of(uri)
@@ -328,7 +343,7 @@ class Profiler:
         self.republish(uri)
         return {"status": "cleared", "functions": removed}
 
-    async def profile(self, uri: str, qualname: Optional[str]) -> Dict[str, Any]:
+    async def profile(self, uri: str, qualname: Optional[str], compile: bool = False) -> Dict[str, Any]:
         path = self.file_of(uri)
         if path is None:
             self.message(T.MessageType.Error, f"can only profile functions of saved .py files, not {uri}")
@@ -368,7 +383,7 @@ class Profiler:
             disk = None
         if disk is not None and function_source_sha256(disk, qualname)[0] != function_source_sha256(text, qualname)[0]:
             self.message(T.MessageType.Warning, f"{qualname} has unsaved changes: the saved version is profiled")
-        job = Job(path, qualname)
+        job = Job(path, qualname, compile)
         self.running[key] = job
         self._cancel_with_request(job)
         try:
@@ -441,6 +456,8 @@ class Profiler:
             command += ["--timeout", f"{editor.profile_timeout:g}"]
         if editor.profile_min_time:
             command += ["--min-time", f"{editor.profile_min_time:g}"]
+        if job.compile:  # the compile gets the profile's timeout again, on top of the profile's own
+            command += ["--compile", "--compile-timeout", f"{editor.profile_timeout or DEFAULT_TIMEOUT_S:g}"]
         plot = plot_path(workspace, job.path, job.qualname)
         command += ["--plot", str(plot)]
         self.server.window_log_message(T.LogMessageParams(
@@ -461,7 +478,7 @@ class Profiler:
             stdout_task = asyncio.ensure_future(job.process.stdout.read())
             await asyncio.gather(self._follow(job, token, progress), self._keep_stderr(job))
             # The runtime enforces its own timeout; this only guards against a runtime that hangs.
-            limit = (editor.profile_timeout or 300.0) + 60.0
+            limit = (editor.profile_timeout or DEFAULT_TIMEOUT_S) * (2 if job.compile else 1) + 60.0
             try:
                 code = await asyncio.wait_for(job.process.wait(), timeout=limit)
             except asyncio.TimeoutError:
@@ -567,7 +584,7 @@ class Profiler:
         self.entries.setdefault(job.path, {})[job.qualname] = Entry(result, stored)
         self.republish(uri)
         if result.get("status") == "ok":
-            headline = view.headline(result) or ""
+            headline = view.compile_headline(result) if job.compile else view.headline(result) or ""
             self._progress_end(token, headline)
             log.info("perflsp: profiled %s in %.1f s: %s", job.qualname, elapsed, headline)
             return {"status": "ok", "regime": (result.get("verdict") or {}).get("regime"), "headline": headline,
@@ -597,8 +614,9 @@ class Profiler:
             log.info("perflsp: no progress for profiling: %s", exc)
             return None
         job.token = token
+        title = f"Trying torch.compile on {job.qualname}" if job.compile else f"Profiling {job.qualname}"
         self.server.work_done_progress.begin(token, T.WorkDoneProgressBegin(
-            title=f"Profiling {job.qualname}", cancellable=True, message="starting", percentage=0))
+            title=title, cancellable=True, message="starting", percentage=0))
         future = self.server.work_done_progress.tokens.get(token)
         if future is not None:
             loop = asyncio.get_running_loop()

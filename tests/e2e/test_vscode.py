@@ -47,6 +47,7 @@ COMMANDS = {
     "perflsp.restart": "Restart server",
     "perflsp.showLogs": "Show logs",
     "perflsp.profile": "Profile this function",
+    "perflsp.tryCompile": "Try torch.compile on this function",
     "perflsp.fixAll": "Fix all perflsp findings",
     "perflsp.openRuleDocs": "Open rule documentation",
 }

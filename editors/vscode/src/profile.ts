@@ -2,8 +2,9 @@
 // Pure (no `vscode` import) so it is unit-tested.
 
 export const PROFILE_COMMAND = "perflsp.profileFunction"; // the server's workspace/executeCommand
+export const COMPILE_COMMAND = "perflsp.compileFunction"; // "Try torch.compile on this function"
 /** Server commands that run the user's code (the code lens offers `profileAgain` after a first run). */
-export const PROFILE_COMMANDS = [PROFILE_COMMAND, "perflsp.profileAgain"];
+export const PROFILE_COMMANDS = [PROFILE_COMMAND, "perflsp.profileAgain", COMPILE_COMMAND];
 
 const DEF = /^(\s*)(?:async\s+)?def\s+([A-Za-z_]\w*)\s*[([]/;
 const CLASS = /^(\s*)class\s+([A-Za-z_]\w*)\s*[(:[]/;
