@@ -20,6 +20,8 @@ PLAIN_WORDS: Tuple[Tuple[str, str], ...] = (
     ("Tensor.item()", "a tensor turned into a Python number (`.item()`, `float()`, `int()`, `bool()`): the graph "
                       "breaks here; keep it a tensor, or set `torch._dynamo.config.capture_scalar_outputs = True`"),
     ("tolist()", "`.tolist()` copies a tensor into Python: the graph breaks here; keep the values in a tensor"),
+    ("Data dependent operator", "an op that reads a tensor's values into Python (`.tolist()` of an integer "
+                                "tensor, ...): the graph breaks here; keep the values in a tensor"),
     ("builtin operator `print`", "`print` in compiled code: the graph breaks here; print outside the compiled "
                                  "function"),
     ("Dynamic shape operator", "the op's output shape depends on the tensor's values (`nonzero`, boolean-mask "
