@@ -358,7 +358,12 @@ def create_server() -> PerflspServer:
     @ls.command("perflsp.compileFunction")
     async def compile_function(ls: PerflspServer, *args: Any):
         uri, function = _target_args(args)
-        return await ls.profiles.profile(uri, function, compile=True)
+        return await ls.profiles.profile(uri, function, mode="compile")
+
+    @ls.command("perflsp.findGraphBreaks")
+    async def find_graph_breaks(ls: PerflspServer, *args: Any):
+        uri, function = _target_args(args)
+        return await ls.profiles.profile(uri, function, mode="breaks")
 
     @ls.command("perflsp.profileAgain")
     async def profile_again(ls: PerflspServer, *args: Any):

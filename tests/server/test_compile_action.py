@@ -1,6 +1,7 @@
 """"Try torch.compile on this function" end to end: the real server, the real runtime, real inductor.
 
-One compile (tens of seconds on two cores, less with inductor's cache warm) serves every assert.
+One compile (tens of seconds on two cores, less with inductor's cache warm) serves every assert of
+the first test; finding graph breaks only (explain) takes seconds.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ async def test_try_torch_compile_puts_breaks_on_their_lines_and_the_verdict_on_t
     # Offered next to "Profile this function", anywhere in the function.
     items = await session.actions(uri, line_of(MODEL, "y = x * 2"))
     titles = dict(title_and_command(i) for i in items)
-    assert "Profile this function (step)" in titles
+    assert {"Profile this function (step)", "Find torch.compile graph breaks (step)"} <= set(titles)
     action = titles["Try torch.compile on this function (step)"]
     assert action.command == "perflsp.compileFunction" and action.arguments == [uri, "step"]
 
@@ -55,9 +56,6 @@ async def test_try_torch_compile_puts_breaks_on_their_lines_and_the_verdict_on_t
                  if r and getattr(r[0], "title", "") == "Trying torch.compile on step"]
     messages = [r.message or "" for r in reports if isinstance(r, T.WorkDoneProgressReport)]
     assert any("finding graph breaks" in m for m in messages) and any("compiling" in m for m in messages)
-
-    def compiled(diags):
-        return [d for d in diags if d.source == "perflsp-compile"]
 
     diags = await session.diagnostics(uri, where=lambda ds: bool(compiled(ds)))
     by_line = {d.range.start.line: d for d in compiled(diags)}
@@ -82,3 +80,30 @@ async def test_try_torch_compile_puts_breaks_on_their_lines_and_the_verdict_on_t
         T.TextDocumentIdentifier(uri), T.Position(line_of(MODEL, "def step"), 5)))
     assert "**torch.compile**" in hover.contents.value
     assert f"graph break at `model.py:{line_of(MODEL, 'if y.sum() > 0') + 1}`" in hover.contents.value
+
+
+def compiled(diags):
+    return [d for d in diags if d.source == "perflsp-compile"]
+
+
+async def test_finding_graph_breaks_only_shows_them_fast_and_saves_nothing(start):
+    session = await start(NEOVIM, init_options={"settings": {"profile": {"timeout": 120}}})
+    uri = session.open("model.py", MODEL)
+    await session.diagnostics(uri, version=1)
+    reply = await profile(session, uri, "step", command="perflsp.findGraphBreaks")
+    assert reply["status"] == "ok" and reply["headline"] == "torch.compile: 1 graph break (explain only, not compiled)"
+    [reports] = [r for r in session.client.progress_reports.values()
+                 if r and getattr(r[0], "title", "") == "Finding graph breaks in step"]
+    assert isinstance(reports[-1], T.WorkDoneProgressEnd)
+
+    diags = await session.diagnostics(uri, where=lambda ds: bool(compiled(ds)))
+    lines = {d.range.start.line: d.message for d in compiled(diags)}
+    assert set(lines) == {line_of(MODEL, "def step"), line_of(MODEL, "if y.sum() > 0")}
+    assert "torch.where" in lines[line_of(MODEL, "if y.sum() > 0")]
+    assert not [d for d in diags if d.source == "perflsp-profile"]  # nothing was profiled
+    assert not (session.root / ".perflsp").exists()  # nor saved
+
+    # An edit of the function makes them stale: they go.
+    version = session.replace(uri, MODEL.replace("y.tanh()", "y.sin()"))
+    diags = await session.diagnostics(uri, version=version)
+    assert compiled(diags) == []

@@ -17,7 +17,10 @@ import {
 } from "vscode-languageclient/node";
 
 import { discover, Discovery, RunResult, ServerCommand, pipCommand } from "./discovery";
-import { COMPILE_COMMAND, describeProfileResult, enclosingFunction, PROFILE_COMMAND, PROFILE_COMMANDS } from "./profile";
+import {
+  BREAKS_COMMAND, COMPILE_COMMAND, describeProfileResult, enclosingFunction, PROFILE_COMMAND, PROFILE_COMMANDS,
+  progressTitle,
+} from "./profile";
 import * as python from "./python";
 import {
   anchorExecutable, expandVariables, Lookup, needsRestart, profilingAllowed, SECTION, ServerSettings, serverSettings,
@@ -351,8 +354,8 @@ class Server implements vscode.Disposable {
 // --- commands ---------------------------------------------------------------------------------------
 
 /**
- * "Profile this function" (or, with COMPILE_COMMAND, "Try torch.compile on this function") from the
- * palette or the context menu: the function around the cursor.
+ * "Profile this function" (or "Try torch.compile on this function", "Find torch.compile graph
+ * breaks": `command`) from the palette or the context menu: the function around the cursor.
  */
 async function profileAtCursor(log: vscode.LogOutputChannel, command: string, uriArg?: unknown,
                                nameArg?: unknown): Promise<unknown> {
@@ -374,7 +377,7 @@ async function profileAtCursor(log: vscode.LogOutputChannel, command: string, ur
 
 /**
  * Runs one of the server's profiling commands (`perflsp.profileFunction`, `perflsp.profileAgain`,
- * `perflsp.compileFunction`)
+ * `perflsp.compileFunction`, `perflsp.findGraphBreaks`)
  * with `[uri, qualname]`: from the command above, and from the server's code lens and code
  * action, which reach it through the `executeCommand` middleware. Checks that profiling is allowed
  * (it runs the user's code), saves the file (the runtime runs it from disk), shows a cancellable
@@ -418,8 +421,7 @@ async function profile(log: vscode.LogOutputChannel, command: string, args: unkn
     // The server reports the phases in the status bar; this notification carries the Cancel button
     // ($/cancelRequest: the server stops the profiling process).
     const result = await vscode.window.withProgress(
-      { location: vscode.ProgressLocation.Notification, cancellable: true,
-        title: command === COMPILE_COMMAND ? `perflsp: trying torch.compile on ${name}` : `perflsp: measuring ${name}` },
+      { location: vscode.ProgressLocation.Notification, cancellable: true, title: progressTitle(command, name) },
       (_progress, token) => client.sendRequest(ExecuteCommandRequest.type, { command, arguments: args }, token),
     );
     const { text, failed, shownByServer } = describeProfileResult(result);
@@ -537,6 +539,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       (uri?: unknown, name?: unknown) => profileAtCursor(log, PROFILE_COMMAND, uri, name)),
     vscode.commands.registerCommand("perflsp.tryCompile",
       (uri?: unknown, name?: unknown) => profileAtCursor(log, COMPILE_COMMAND, uri, name)),
+    vscode.commands.registerCommand("perflsp.findGraphBreaks",
+      (uri?: unknown, name?: unknown) => profileAtCursor(log, BREAKS_COMMAND, uri, name)),
     vscode.commands.registerCommand("perflsp.fixAll", () => fixAll(log)),
     vscode.commands.registerCommand("perflsp.openRuleDocs", (code?: unknown) => openRuleDocs(pages, code)),
     vscode.workspace.onDidChangeConfiguration((event) => {
