@@ -4,7 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from perflsp.rules.context import TENSOR, ModuleContext
+from perflsp.rules.context import ModuleContext
 from perflsp.rules.rule import Invalid, Report, Rule
 
 _BRANCHES = {cst.If: "`if`", cst.While: "`while`", cst.IfExp: "a conditional expression"}

@@ -3,8 +3,8 @@
 Runs in a profiling process of its own, after the eager profile's process has written its
 result (see cli.py): a compile that hangs, crashes or runs past its own timeout never costs the
 eager profile, and no dispatch mode of the eager profile's counting passes can be active here
-(torch.compile refuses to trace under one). Both medians are measured here, back to back with
-the same inputs and clock, so the speedup compares like with like.
+(torch.compile refuses to trace under one). Both medians are measured here, in alternating
+windows with the same inputs and clock, so the speedup compares like with like.
 
 Order: explain (dynamo's explain backend: breaks in ~1 s, no inductor), `reset()` so the real
 compile starts from nothing (explain leaves its graphs and guards cached), the first compiled

@@ -44,14 +44,13 @@ def reset() -> None:
 
 def explain(fn: Callable[..., Any], args: tuple, kwargs: Dict[str, Any]) -> Explained:
     """Trace `fn(*args, **kwargs)` once with dynamo's explain backend (no inductor: ~1 s)."""
+    import torch
+
     dynamo = _dynamo()
-    if not hasattr(dynamo, "explain"):
-        raise CompileUnavailable("this torch has no torch._dynamo.explain (graph breaks need torch 2.0 or later)")
-    try:
-        out = dynamo.explain(fn)(*args, **kwargs)
-    except TypeError:  # torch 2.0: explain(fn, *args) -> (graphs, graph_count, break_count, reasons, ...)
+    if torch.__version__ < "2.1":  # explain(fn, *args) -> (graphs, graph_count, break_count, reasons, ...)
         legacy = dynamo.explain(fn, *args, **kwargs)
         return Explained(int(legacy[1]), [(r.reason, list(r.user_stack)) for r in legacy[3]])
+    out = dynamo.explain(fn)(*args, **kwargs)
     return Explained(int(out.graph_count), [(r.reason, list(r.user_stack)) for r in out.break_reasons])
 
 

@@ -146,3 +146,30 @@ def test_an_int_argument_that_changes_recompiles_once_with_its_guard():
     finally:
         dynamo_compat.reset()
     assert recompiles == [{"reason": "step == 0"}]
+
+
+def test_a_break_inside_a_library_is_placed_on_the_users_line():
+    """`logging` breaks the graph inside the logging module: the break belongs to the call's line."""
+    import inspect
+    import logging
+
+    import torch
+
+    from perflsp.runtime import dynamo_compat, graph_breaks
+
+    def step(x):
+        y = x * 2
+        logging.getLogger("perflsp.test").info("step")
+        return y + 1
+
+    dynamo_compat.reset()
+    try:
+        explained = dynamo_compat.explain(step, (torch.ones(4),), {})
+    finally:
+        dynamo_compat.reset()
+    innermost = {stack[-1].filename for _, stack in explained.reasons}
+    assert innermost and all("logging" in name for name in innermost)  # where torch says it broke
+    [found] = graph_breaks.graph_breaks(explained.reasons)
+    _, first = inspect.getsourcelines(step)
+    assert (found["file"], found["line"]) == (os.path.realpath(__file__), first + 2)
+    assert found["explanation"] == found["reason"]  # no plain words for it: torch's own headline
