@@ -48,7 +48,7 @@ COMMANDS = {
     "perflsp.showLogs": "Show logs",
     "perflsp.profile": "Profile this function",
     "perflsp.tryCompile": "Try torch.compile on this function",
-    "perflsp.findGraphBreaks": "Find torch.compile graph breaks",
+    "perflsp.graphBreaks": "Find torch.compile graph breaks",
     "perflsp.fixAll": "Fix all perflsp findings",
     "perflsp.openRuleDocs": "Open rule documentation",
 }

@@ -539,7 +539,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       (uri?: unknown, name?: unknown) => profileAtCursor(log, PROFILE_COMMAND, uri, name)),
     vscode.commands.registerCommand("perflsp.tryCompile",
       (uri?: unknown, name?: unknown) => profileAtCursor(log, COMPILE_COMMAND, uri, name)),
-    vscode.commands.registerCommand("perflsp.findGraphBreaks",
+    // Not "perflsp.findGraphBreaks": the language client registers the server's commands under their names.
+    vscode.commands.registerCommand("perflsp.graphBreaks",
       (uri?: unknown, name?: unknown) => profileAtCursor(log, BREAKS_COMMAND, uri, name)),
     vscode.commands.registerCommand("perflsp.fixAll", () => fixAll(log)),
     vscode.commands.registerCommand("perflsp.openRuleDocs", (code?: unknown) => openRuleDocs(pages, code)),
