@@ -89,7 +89,8 @@ def measure(fn: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], device:
     block["speedup"] = medians["eager"] / medians["compiled"] if medians["compiled"] else None
     failures = dynamo_compat.guard_failures()
     if failures is None:
-        block["notes"].append("this torch does not report recompilations (torch 2.1 or later does)")
+        block["notes"].append("this torch does not report recompilations (torch._dynamo.utils.guard_failures "
+                              "is gone)")
     block["recompiles"] = [graph_breaks.recompile(text) for text in failures or []]
 
 

@@ -1,15 +1,17 @@
 """The torch.compile facilities perflsp uses, in one place (as `compat.py` is for the profiler).
 
-Covered: torch 2.1 to 2.13 fully; torch 2.0 without recompilation reasons. Checked on 2.13.
-- `torch.compile` arrived in 2.0; older torch gets `CompileUnavailable` with that reason.
-- `torch._dynamo.explain`: 2.0 took `explain(fn, *args)` and returned a tuple whose fourth item
-  was the break reasons; 2.1 onwards `explain(fn)(*args)` returns an `ExplainOutput` with
-  `graph_count` and `break_reasons`. Each reason (`GraphCompileReason`) has `.reason` (text)
-  and `.user_stack` (`FrameSummary`s, outermost first) in every version.
-- Guard failures (the reason behind each recompilation) are recorded per code object in
-  `torch._dynamo.utils.guard_failures` from 2.1; `torch._dynamo.reset()` clears them.
+perflsp supports torch 2.1 and later; checked on 2.13. These are private (`torch._dynamo`) APIs,
+so a later torch may drop or reshape them: each one missing is a clear message, never a crash.
+- `torch._dynamo.explain(fn)(*args)` returns an `ExplainOutput` (2.1 onwards; 2.0's
+  `explain(fn, *args)` tuple predates what perflsp supports) with `graph_count` and
+  `break_reasons`; each reason has `.reason` (text) and `.user_stack` (`FrameSummary`s,
+  outermost first). Missing: `CompileUnavailable`.
+- Guard failures (the reason behind each recompilation) are kept per code object in
+  `torch._dynamo.utils.guard_failures`; `torch._dynamo.reset()` clears them. Missing: None, and
+  the result says recompilations are not reported.
 - Inductor's FX graph cache counts hits and misses in `counters["inductor"]` (2.2 onwards): a
   compile with hits and no misses ran from a warm cache (on disk, so it survives processes).
+  Missing: the cache state is unknown (null).
 """
 from __future__ import annotations
 
@@ -30,10 +32,11 @@ class Explained:
 def _dynamo() -> Any:
     import torch
 
-    if not hasattr(torch, "compile"):
-        raise CompileUnavailable(f"torch {torch.__version__} has no torch.compile (it needs torch 2.0 or later)")
-    import torch._dynamo
-
+    try:
+        import torch._dynamo
+    except ImportError as exc:  # builds without dynamo (some platforms, some Python versions)
+        raise CompileUnavailable(f"torch {torch.__version__} cannot import torch._dynamo ({exc}), which "
+                                 "torch.compile needs") from None
     return torch._dynamo
 
 
@@ -44,12 +47,12 @@ def reset() -> None:
 
 def explain(fn: Callable[..., Any], args: tuple, kwargs: Dict[str, Any]) -> Explained:
     """Trace `fn(*args, **kwargs)` once with dynamo's explain backend (no inductor: ~1 s)."""
-    import torch
-
     dynamo = _dynamo()
-    if torch.__version__ < "2.1":  # explain(fn, *args) -> (graphs, graph_count, break_count, reasons, ...)
-        legacy = dynamo.explain(fn, *args, **kwargs)
-        return Explained(int(legacy[1]), [(r.reason, list(r.user_stack)) for r in legacy[3]])
+    if not hasattr(dynamo, "explain"):
+        import torch
+
+        raise CompileUnavailable(f"torch {torch.__version__} has no torch._dynamo.explain, which finding graph "
+                                 "breaks needs (perflsp knows torch 2.1 to 2.13)")
     out = dynamo.explain(fn)(*args, **kwargs)
     return Explained(int(out.graph_count), [(r.reason, list(r.user_stack)) for r in out.break_reasons])
 
@@ -57,12 +60,11 @@ def explain(fn: Callable[..., Any], args: tuple, kwargs: Dict[str, Any]) -> Expl
 def compile_fn(fn: Callable[..., Any], mode: str) -> Callable[..., Any]:
     import torch
 
-    _dynamo()
     return torch.compile(fn, mode=None if mode == "default" else mode)
 
 
 def guard_failures() -> Optional[List[str]]:
-    """Each recompilation's guard-failure text since the last reset; None where torch keeps none."""
+    """Each recompilation's guard-failure text since the last reset; None where this torch keeps none."""
     try:
         from torch._dynamo.utils import guard_failures as failures
     except ImportError:

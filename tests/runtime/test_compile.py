@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -173,3 +174,16 @@ def test_a_break_inside_a_library_is_placed_on_the_users_line():
     _, first = inspect.getsourcelines(step)
     assert (found["file"], found["line"]) == (os.path.realpath(__file__), first + 2)
     assert found["explanation"] == found["reason"]  # no plain words for it: torch's own headline
+
+
+def test_a_torch_without_explain_gets_a_clear_message(monkeypatch):
+    """dynamo's APIs are private: a torch that drops one is said to, not a crash."""
+    import torch
+    import torch._dynamo
+
+    from perflsp.runtime import dynamo_compat
+
+    monkeypatch.delattr(torch._dynamo, "explain")
+    missing = re.escape(f"torch {torch.__version__} has no torch._dynamo.explain")
+    with pytest.raises(dynamo_compat.CompileUnavailable, match=missing):
+        dynamo_compat.explain(lambda x: x + 1, (torch.ones(2),), {})
