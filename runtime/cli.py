@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from perflsp.profile_result import (EXIT_GRAPH_BREAKS, EXIT_OK, EXIT_TARGET_RAISED, EXIT_TIMEOUT, EXIT_USAGE,
-                                    exit_code_for, result_path, write_json_atomic)
+from perflsp.profile_result import (EXIT_GRAPH_BREAKS, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, exit_code_for,
+                                    result_path, write_json_atomic)
 
 DEFAULT_PEAKS_TIMEOUT_S = 300.0
 DEFAULT_PEAKS_BUDGET_S = 6.0  # perflsp.runtime.peaks.DEFAULT_BUDGET_S (not imported: it needs no torch here)
@@ -75,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="also run the function under torch.compile: eager and compiled medians, speedup, "
                                "compile time, graph breaks on their lines, recompilations")
     compiled.add_argument("--compile-mode", choices=MODES, metavar="MODE",
-                          help="torch.compile mode: default, reduce-overhead (CUDA graphs; the default mode on a "
-                               "CPU) or max-autotune (implies --compile)")
+                          help="torch.compile mode, implies --compile: default, reduce-overhead (CUDA graphs; the "
+                               "default mode on a CPU) or max-autotune")
     compiled.add_argument("--compile-timeout", type=_positive_float, default=DEFAULT_COMPILE_TIMEOUT_S, metavar="S",
                           help="stop compiling after this long; the eager profile stands (default %(default)g)")
     compiled.add_argument("--graph-breaks", action="store_true",
@@ -198,15 +198,16 @@ def profile_command(args: argparse.Namespace) -> int:
     try:
         if args.graph_breaks:
             block = _compile_block(job, args.device, compile_mode, args.compile_timeout, progress, explain_only=True)
-            progress.finish()
-            return _finish_graph_breaks(args, base["target"], block)
-        outcome = supervisor.run_job(job, timeout_s, on_message=progress, stop_after_result=not args.no_stop)
-        result = outcome.payload if outcome.payload is not None else _failed_run(base, outcome, timeout_s, target)
-        if result["status"] == "ok" and compile_mode is not None:
-            result["compile"] = _compile_block(job, result["device"]["kind"], compile_mode, args.compile_timeout,
-                                               progress)
+        else:
+            outcome = supervisor.run_job(job, timeout_s, on_message=progress, stop_after_result=not args.no_stop)
+            result = outcome.payload if outcome.payload is not None else _failed_run(base, outcome, timeout_s, target)
+            if result["status"] == "ok" and compile_mode is not None:
+                result["compile"] = _compile_block(job, result["device"]["kind"], compile_mode,
+                                                   args.compile_timeout, progress)
     finally:
         progress.finish()
+    if args.graph_breaks:
+        return _finish_graph_breaks(args, base["target"], block)
     if result["status"] == "ok" and outcome.notes:
         result["verdict"]["notes"].extend(outcome.notes)
     code = _finish(args, result, workspace)
@@ -245,8 +246,8 @@ def _finish_graph_breaks(args: argparse.Namespace, target: Dict[str, Any], block
     else:
         sys.stdout.write(report.render_graph_breaks(target, block))
     sys.stdout.flush()
-    if block["error"] is not None:
-        return EXIT_USAGE if block["error"]["kind"] in ("usage", "unavailable") else EXIT_TARGET_RAISED
+    if block["error"] is not None:  # the profile's exit codes; a missing facility is the environment's, as usage
+        return EXIT_USAGE if block["error"]["kind"] == "unavailable" else exit_code_for(block["error"]["kind"])
     return EXIT_GRAPH_BREAKS if args.fail_on_break and block["graph_breaks"] else EXIT_OK
 
 
