@@ -11,6 +11,10 @@ inside a workspace folder are profiled: the commands name their file. Cancel (th
 button, or `$/cancelRequest` of the command) interrupts the runtime, which stops its profiling
 process and everything that started, then kills whatever is left of the process tree.
 
+"Try torch.compile on this function" is the same run with `--compile`, "Find torch.compile graph
+breaks" runs `--graph-breaks` (explain only; its breaks are kept in memory, never on disk): see
+docs/compile.md.
+
 Results persist where the runtime writes them (`<workspace>/.perflsp/profiles/`), are loaded when a
 file opens and shown while the function's source hash (`perflsp.profile_result`) matches the
 editor's text; a result whose function changed is stale and is not shown.
@@ -289,9 +293,9 @@ class Profiler:
         return lenses
 
     def code_actions(self, uri: str, rng: T.Range) -> List[T.CodeAction]:
-        """"Profile this function" and "Try torch.compile on this function" for the function at
-        `rng`. When its shown profile names torch.compile as a lever, the second one is that
-        lever's quick fix, tied to the verdict's diagnostic."""
+        """"Profile this function", "Try torch.compile on this function" and "Find torch.compile
+        graph breaks" for the function at `rng`. When its shown profile names torch.compile as a
+        lever, "Try torch.compile" is that lever's quick fix, tied to the verdict's diagnostic."""
         if not self.offers_profiling(uri):
             return []
         text = self.text_of(uri)
