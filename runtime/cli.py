@@ -224,7 +224,7 @@ def _compile_block(job: Dict[str, Any], device: str, mode: str, timeout_s: float
     from perflsp.runtime import compiling, supervisor
 
     compile_job = dict(job, command="compile", device=device, compile_mode=mode, explain_only=explain_only)
-    outcome = supervisor.run_job(compile_job, timeout_s, on_message=progress, stop_after_result=False)
+    outcome = supervisor.run_job(compile_job, timeout_s, on_message=progress, partial_results=True)
     block = (outcome.payload or {}).get("compile") or compiling.new_block(mode, device, explain_only)
     if outcome.timed_out:
         block["error"] = {"kind": "timeout", "message": f"torch.compile timed out after {timeout_s:g} s during "

@@ -95,8 +95,13 @@ def _alive(pid: int) -> bool:
 
 
 def run_job(job: Dict[str, Any], timeout_s: float, on_message: Callable[[Dict[str, Any]], None] = lambda m: None,
-            stdout: Any = None, stop_after_result: bool = True) -> Outcome:
-    """Run `job` in a watched child; returns what happened. Never raises for the child's faults."""
+            stdout: Any = None, stop_after_result: bool = True, partial_results: bool = False) -> Outcome:
+    """Run `job` in a watched child; returns what happened. Never raises for the child's faults.
+
+    `stop_after_result`: a written result is the whole measurement, so a child that goes on
+    (a program run) is stopped shortly after. `partial_results`: the child writes its result in
+    steps (a compile job: its graph breaks, then its timings), so only its exit completes it and
+    the timeout applies whatever it wrote."""
     sweep_stale_jobs()
     folder = tempfile.mkdtemp(prefix=f"{JOB_PREFIX}{os.getpid()}-")
     try:
@@ -107,13 +112,13 @@ def run_job(job: Dict[str, Any], timeout_s: float, on_message: Callable[[Dict[st
                    stack_dump=paths["stack.txt"], hot_record=paths["hot.json"])
         with open(paths["job.json"], "w", encoding="utf-8") as handle:
             json.dump(job, handle)
-        return _watch(paths, timeout_s, on_message, stdout, stop_after_result)
+        return _watch(paths, timeout_s, on_message, stdout, stop_after_result, partial_results)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
 def _watch(paths: Dict[str, str], timeout_s: float, on_message: Callable[[Dict[str, Any]], None], stdout: Any,
-           stop_after_result: bool) -> Outcome:
+           stop_after_result: bool, partial_results: bool) -> Outcome:
     command = [sys.executable, "-m", "perflsp.runtime", "_worker", paths["job.json"]]
     started = time.monotonic()
     # The user's prints go to our stderr: our stdout carries the table or the JSON result. The
@@ -140,7 +145,7 @@ def _watch(paths: Dict[str, str], timeout_s: float, on_message: Callable[[Dict[s
                 outcome.exit_code = code
                 break
             now = time.monotonic()
-            if result_seen_at is None and os.path.exists(paths["result.json"]):
+            if result_seen_at is None and not partial_results and os.path.exists(paths["result.json"]):
                 result_seen_at = now
             if stop_after_result and result_seen_at is not None and now - result_seen_at > STOP_GRACE_S:
                 # The result is complete but the program does not stop (it caught our
