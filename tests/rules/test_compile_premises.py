@@ -22,20 +22,22 @@ def _break_lines(source: str):
     compiles nothing that can be called here)."""
     import torch._dynamo
 
-    namespace = {"__name__": "perflsp_premise_example"}
-    exec(compile(source, "example.py", "exec"), namespace)
-    targets = [value._orig_mod if isinstance(value, torch.nn.Module) and hasattr(value, "_orig_mod")
-               else value._torchdynamo_orig_callable for value in namespace.values()
-               if hasattr(value, "_orig_mod") or hasattr(value, "_torchdynamo_orig_callable")]
-    if not targets:
-        return None
-    lines = set()
-    for target in targets:
+    saved = torch._dynamo.config.get_config_copy()  # an example may set config (capture_scalar_outputs)
+    try:
+        namespace = {"__name__": "perflsp_premise_example"}
+        exec(compile(source, "example.py", "exec"), namespace)
+        targets = [value._orig_mod if isinstance(value, torch.nn.Module) and hasattr(value, "_orig_mod")
+                   else value._torchdynamo_orig_callable for value in namespace.values()
+                   if hasattr(value, "_orig_mod") or hasattr(value, "_torchdynamo_orig_callable")]
+        lines = set()
+        for target in targets:
+            torch._dynamo.reset()
+            out = torch._dynamo.explain(target)(torch.randn(8, 8))
+            lines |= {r.user_stack[-1].lineno for r in out.break_reasons if r.user_stack}
+    finally:
+        torch._dynamo.config.load_config(saved)
         torch._dynamo.reset()
-        out = torch._dynamo.explain(target)(torch.randn(8, 8))
-        lines |= {r.user_stack[-1].lineno for r in out.break_reasons if r.user_stack}
-    torch._dynamo.reset()
-    return lines
+    return lines if targets else None
 
 
 def _cases(kind):
