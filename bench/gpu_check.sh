@@ -9,7 +9,11 @@
 # 4. the reference suite through the real CLI: matmul (compute-bound), elementwise and copy
 #    (memory-bound), a loop of tiny ops (overhead-bound), an .item()-per-step loop (sync-bound),
 #    a chain of tiny kernels (launch/overhead-bound), a host round trip (transfer-bound)
-# 5. summary.md: the verdict and attained fraction per case, beside the expected regime
+# 5. torch.compile side by side: the chain of tiny kernels with --compile-mode reduce-overhead
+#    (CUDA graphs: expect a large speedup); on a CPU the compile cases' fixture, where
+#    reduce-overhead falls back to the default mode with a note
+# 6. summary.md: the verdict and attained fraction per case, beside the expected regime, and the
+#    compile line
 #
 # Without CUDA it still runs: the GPU tests skip, peaks and the reference suite run on the CPU
 # with the CPU cases (tests/runtime/targets/ref_cases.py), and summary.md says so.
@@ -92,15 +96,25 @@ echo "== examples/train_loop.py:train_step (the editor's Profile command) ==" >>
 "$PY" -m perflsp.runtime profile "$REPO/examples/train_loop.py:train_step" --min-time 0.3 --timeout 180 \
     --progress none --workspace "$SCRATCH/ws" --json "$SCRATCH/train_step.json" >> "$OUT/reference.txt" 2>> "$LOG"
 echo "exit code $?" >> "$OUT/reference.txt"
+# torch.compile with CUDA graphs on the launch-bound chain (the compile has its own timeout).
+if [ "$HAS_CUDA" = "1" ]; then COMPILE_TARGET="$CASES_FILE:tiny_kernels"
+else COMPILE_TARGET="$REPO/tests/runtime/targets/compile_cases.py:pointwise_with_breaks"; fi
+say "torch.compile reduce-overhead: $COMPILE_TARGET"
+echo "== $COMPILE_TARGET --compile-mode reduce-overhead ==" >> "$OUT/reference.txt"
+"${PERFLSP[@]}" profile "$COMPILE_TARGET" --compile-mode reduce-overhead --compile-timeout 300 --min-time 0.3 \
+    --timeout 180 --progress none --workspace "$SCRATCH/ws" --json "$SCRATCH/compile.json" \
+    >> "$OUT/reference.txt" 2>> "$LOG"
+echo "exit code $?" >> "$OUT/reference.txt"
 # The roofline of the first case, as the editor's HTML plot would show it.
 first=${CASES%% *}
 "${PERFLSP[@]}" profile "$CASES_FILE:${first%%:*}" --min-time 0.3 --progress none --workspace "$SCRATCH/ws" \
     --plot "$OUT/roofline.html" > /dev/null 2>> "$LOG"
 
-$PY - "$SCRATCH/results" "$OUT" "$HAS_CUDA" "$CASES" >> "$LOG" 2>&1 <<'EOF'
+$PY - "$SCRATCH/results" "$OUT" "$HAS_CUDA" "$CASES" "$SCRATCH/compile.json" >> "$LOG" 2>&1 <<'EOF'
 import json, sys
 from pathlib import Path
 
+from perflsp.profile_result import compile_summary
 from perflsp.units import byte_rate, flop_rate
 
 results_dir, out, has_cuda, cases = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1", sys.argv[4].split()
@@ -138,6 +152,10 @@ if peaks:
     lines += [f"| {k} matmul | {flop_rate(v)} |" for k, v in peaks["compute_flops_per_s"].items()]
     lines.append("")
 lines += ["| case | expected | verdict | attained | summary |", "| --- | --- | --- | --- | --- |"] + rows
+compiled = Path(sys.argv[5])
+block = json.loads(compiled.read_text()).get("compile") if compiled.exists() else None
+lines += ["", "torch.compile (reduce-overhead): " + (f"mode {block['mode']}, {compile_summary(block)}"
+                                                    if block else "(no result)")]
 tests = (out / "gpu_tests.txt").read_text().strip().splitlines()
 lines += ["", f"GPU tests: {tests[-1] if tests else '(no output)'}"]
 (out / "summary.md").write_text("\n".join(lines) + "\n")

@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from perflsp import units
+
 SCHEMA_VERSION = 2  # 2: `latency-bound` joined the regimes
 SCHEMA_FILE = Path(__file__).with_name("profile_result.schema.json")
 
@@ -28,6 +30,7 @@ REGIMES = ("compute-bound", "memory-bound", "latency-bound", "overhead-bound", "
 
 # `error.kind` values and the exit code each one maps to.
 EXIT_OK = 0
+EXIT_GRAPH_BREAKS = 1  # --fail-on-break and torch.compile broke the function's graph
 EXIT_USAGE = 2
 EXIT_TARGET_RAISED = 3
 EXIT_TIMEOUT = 4
@@ -132,6 +135,32 @@ def read_result(path: os.PathLike | str) -> Dict[str, Any]:
 def load_schema() -> Dict[str, Any]:
     with SCHEMA_FILE.open(encoding="utf-8") as handle:
         return json.load(handle)
+
+
+# --- the compile block -------------------------------------------------------------------------
+
+def compile_summary(block: Mapping[str, Any]) -> str:
+    """The `compile` block in one line, for the terminal and the editor: `compiled: 0.12 ms vs
+    eager 0.41 ms, 3.4× faster, 2 graph breaks, compile 19 s`, or what stopped it."""
+    breaks = len(block.get("graph_breaks") or [])
+    counted = f"{breaks} graph break{'s' if breaks != 1 else ''}"
+    error = block.get("error")
+    if block.get("speedup") is not None:
+        speedup = block["speedup"]
+        faster = f"{speedup:.2g}× faster" if speedup >= 1 else f"{1 / speedup:.2g}× slower"
+        parts = [f"compiled: {units.duration_us(block['compiled_median_us'])} vs eager "
+                 f"{units.duration_us(block['eager_median_us'])}", faster, counted]
+        if block.get("recompiles"):
+            parts.append(f"{len(block['recompiles'])} recompiles")
+        parts.append(f"compile {block['compile_s']:.2g} s" + (f" ({block['compile_cache']} cache)"
+                                                            if block.get("compile_cache") else ""))
+    elif block.get("graph_count") is not None:  # explained, then nothing (more) measured
+        parts = [f"torch.compile: {counted}" + (" (explain only, not compiled)" if block.get("explain_only") else "")]
+    else:
+        parts = ["torch.compile"]
+    if error:
+        parts.append(f"{error['kind']}: {error['message']}")
+    return ", ".join(parts)
 
 
 # --- staleness ---------------------------------------------------------------------------------

@@ -495,6 +495,43 @@ class ModuleContext:
         return function.name in names or "self" in names or (
             function.class_info is not None and function.class_info.name in names)
 
+    def compiled_by(self, function: FunctionInfo) -> Optional[str]:
+        """How `function` comes to run under torch.compile, as a phrase for messages, or None.
+
+        Stricter than `is_compiled` (which only keeps a rule quiet): a function decorated with
+        `@torch.compile`, a module-level function passed to `torch.compile(fn)`, or the `forward`
+        of a class of this module whose instance is passed (`torch.compile(Net())`, or a name bound
+        to `Net(...)`). `torch.compile(model)` of a model made elsewhere says nothing about which
+        class's `forward` runs, so nothing is reported there.
+        """
+        for decorator in function.node.decorators:
+            target = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+            if self.qualname(target) == "torch.compile":
+                return "decorated with `@torch.compile`"
+        compiled = self._strictly_compiled().get(function)
+        return f"compiled by `{self.code(compiled, 40)}`" if compiled is not None else None
+
+    def _strictly_compiled(self) -> Dict[FunctionInfo, cst.Call]:
+        """Function -> the `torch.compile(...)` call that compiles it (see `compiled_by`), found once."""
+        found = getattr(self, "_compiled_functions", None)
+        if found is not None:
+            return found
+        found = self._compiled_functions = {}
+        module_functions = {f.name: f for f in self.functions if f.class_info is None and f.parent is None}
+        forwards = {c.name: c.methods["forward"] for c in self.classes if "forward" in c.methods}
+        for call, frame in self.nodes(cst.Call):
+            if self.qualname(call.func) != "torch.compile" or not call.args or call.args[0].keyword is not None:
+                continue
+            target = call.args[0].value
+            made = [b.value for b in self.bindings_of(target.value, frame) if b.how == "assign"] \
+                if isinstance(target, cst.Name) else []
+            if isinstance(target, cst.Name) and not made and target.value in module_functions:
+                found.setdefault(module_functions[target.value], call)
+            for value in [target] + made:
+                if isinstance(value, cst.Call) and _last_name(value.func) in forwards:
+                    found.setdefault(forwards[_last_name(value.func)], call)
+        return found
+
     def _compiled_names(self) -> Set[Optional[str]]:
         """Last names of everything passed to `torch.compile(...)` in this module, found once:
         `is_compiled` runs per function, and a scan of every call each time is quadratic."""

@@ -30,6 +30,11 @@ OUTRANKS = (
              "moving the tensor once before the loop removes the copy that `non_blocking=True` would only overlap"),
     Outranks("PFL107", "PFL401", "`torch.tensor([0.5, 2.0], device=device)` in a loop",
              "both ask to create the tensor once before the loop; PFL107 also names the blocking copy to the device"),
+    Outranks("PFL701", "PFL101", "`.item()` in the `forward` of a module passed to `torch.compile`",
+             "under torch.compile the call also breaks the graph, the bigger cost; keeping the value a tensor "
+             "removes both"),
+    Outranks("PFL702", "PFL103", "`if loss > 0:` in a function passed to `torch.compile`",
+             "under torch.compile the branch also breaks the graph, the bigger cost; `torch.where` removes both"),
     Outranks("PFL302", "PFL303", "`x.clone().contiguous().view(n, -1)`",
              "the result `.contiguous()` gets is already contiguous (for a contiguous `x`), so there is no copy "
              "for `.reshape()` to save: the call can simply go"),

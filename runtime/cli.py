@@ -14,11 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from perflsp.profile_result import (EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, exit_code_for, result_path,
-                                    write_json_atomic)
+from perflsp.profile_result import (EXIT_GRAPH_BREAKS, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, exit_code_for,
+                                    result_path, write_json_atomic)
 
 DEFAULT_PEAKS_TIMEOUT_S = 300.0
 DEFAULT_PEAKS_BUDGET_S = 6.0  # perflsp.runtime.peaks.DEFAULT_BUDGET_S (not imported: it needs no torch here)
+DEFAULT_COMPILE_TIMEOUT_S = 300.0
 # Error kinds that describe an attempt to run the target: worth a result file the editor shows.
 PUBLISHED_ERRORS = {"exception", "crash", "timeout", "out-of-memory", "not-called"}
 
@@ -40,6 +41,8 @@ def _count(minimum: int):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from perflsp.runtime.compiling import MODES
+
     parser = argparse.ArgumentParser(prog="perflsp", description="Profile PyTorch functions against the roofline.")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -67,6 +70,21 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--timeout", type=_positive_float, metavar="S",
                          help="kill the run after this long (default: [tool.perflsp] profile-timeout, 300 s)")
     measure.add_argument("--refresh-peaks", action="store_true", help="re-measure the device ceilings first")
+    compiled = profile.add_argument_group("torch.compile")
+    compiled.add_argument("--compile", action="store_true",
+                          help="also run the function under torch.compile: eager and compiled medians, speedup, "
+                               "compile time, graph breaks on their lines, recompilations")
+    compiled.add_argument("--compile-mode", choices=MODES, metavar="MODE",
+                          help="torch.compile mode, implies --compile: default, reduce-overhead (CUDA graphs; the "
+                               "default mode on a CPU) or max-autotune")
+    compiled.add_argument("--compile-timeout", type=_positive_float, default=DEFAULT_COMPILE_TIMEOUT_S, metavar="S",
+                          help="stop compiling after this long; the eager profile stands (default %(default)g)")
+    compiled.add_argument("--graph-breaks", action="store_true",
+                          help="only find the graph breaks (torch._dynamo.explain, about a second): no profile, "
+                               "no compile, nothing written to .perflsp/")
+    compiled.add_argument("--fail-on-break", action="store_true",
+                          help="exit with status 1 when torch.compile breaks the graph (for CI; with --compile or "
+                               "--graph-breaks)")
     output = profile.add_argument_group("output")
     output.add_argument("--json", metavar="PATH", help="also write the result here ('-': print it instead of the table)")
     output.add_argument("--plot", metavar="PATH", help="roofline plot: .png/.svg/.pdf (matplotlib: the plot extra) or "
@@ -143,6 +161,9 @@ def profile_command(args: argparse.Namespace) -> int:
     workspace = Path(args.workspace).resolve() if args.workspace else Path(settings.root) if settings.source else cwd
     run_command = args.run if args.run is not None else settings.profile_command
     timeout_s = args.timeout or settings.profile_timeout
+    compile_mode = args.compile_mode or ("default" if args.compile or args.graph_breaks else None)
+    if args.fail_on_break and compile_mode is None:
+        return _error("--fail-on-break needs --compile or --graph-breaks")
     timing = TimingOptions(min_time_s=args.min_time)
     if args.warmup is not None:
         timing.warmup = args.warmup
@@ -175,15 +196,59 @@ def profile_command(args: argparse.Namespace) -> int:
         "workspace": str(workspace),
     }
     try:
-        outcome = supervisor.run_job(job, timeout_s, on_message=progress, stop_after_result=not args.no_stop)
+        if args.graph_breaks:
+            block = _compile_block(job, args.device, compile_mode, args.compile_timeout, progress, explain_only=True)
+        else:
+            outcome = supervisor.run_job(job, timeout_s, on_message=progress, stop_after_result=not args.no_stop)
+            result = outcome.payload if outcome.payload is not None else _failed_run(base, outcome, timeout_s, target)
+            if result["status"] == "ok" and compile_mode is not None:
+                result["compile"] = _compile_block(job, result["device"]["kind"], compile_mode,
+                                                   args.compile_timeout, progress)
     finally:
         progress.finish()
-    result = outcome.payload if outcome.payload is not None else _failed_run(base, outcome, timeout_s, target)
+    if args.graph_breaks:
+        return _finish_graph_breaks(args, base["target"], block)
     if result["status"] == "ok" and outcome.notes:
         result["verdict"]["notes"].extend(outcome.notes)
     code = _finish(args, result, workspace)
     _publish_hot(args, outcome.hot, workspace)
+    if code == EXIT_OK and args.fail_on_break and result["compile"]["graph_breaks"]:  # status ok: it ran
+        return EXIT_GRAPH_BREAKS
     return code
+
+
+def _compile_block(job: Dict[str, Any], device: str, mode: str, timeout_s: float, progress: Any,
+                   explain_only: bool = False) -> Dict[str, Any]:
+    """The `compile` block, from a profiling process of its own under its own timeout (see
+    runtime/compiling.py); whatever happens to it is said in the block's `error`."""
+    from perflsp.runtime import compiling, supervisor
+
+    compile_job = dict(job, command="compile", device=device, compile_mode=mode, explain_only=explain_only)
+    outcome = supervisor.run_job(compile_job, timeout_s, on_message=progress, partial_results=True)
+    block = (outcome.payload or {}).get("compile") or compiling.new_block(mode, device, explain_only)
+    if outcome.timed_out:
+        block["error"] = {"kind": "timeout", "message": f"torch.compile timed out after {timeout_s:g} s during "
+                                                        f"{outcome.phase} (--compile-timeout)"}
+    elif outcome.exit_code != EXIT_OK:
+        block["error"] = {"kind": "crash", "message": f"the compiling process ended with status {outcome.exit_code} "
+                                                      f"during {outcome.phase} (its output is above)"}
+    return block
+
+
+def _finish_graph_breaks(args: argparse.Namespace, target: Dict[str, Any], block: Dict[str, Any]) -> int:
+    """`--graph-breaks`: the breaks only (JSON: `{"target": ..., "compile": ...}`), nothing saved."""
+    from perflsp.runtime import report
+
+    if args.json and args.json != "-":
+        write_json_atomic(args.json, {"target": target, "compile": block})
+    if args.json == "-":
+        print(json.dumps({"target": target, "compile": block}, indent=2))
+    else:
+        sys.stdout.write(report.render_graph_breaks(target, block))
+    sys.stdout.flush()
+    if block["error"] is not None:  # the profile's exit codes; a missing facility is the environment's, as usage
+        return EXIT_USAGE if block["error"]["kind"] == "unavailable" else exit_code_for(block["error"]["kind"])
+    return EXIT_GRAPH_BREAKS if args.fail_on_break and block["graph_breaks"] else EXIT_OK
 
 
 def _progress(args: argparse.Namespace) -> Any:

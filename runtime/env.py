@@ -4,7 +4,17 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
+
+RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def library_dirs() -> Tuple[str, ...]:
+    """Where the standard library and installed packages (torch among them) live: not user code."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return tuple(paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(key))
 
 
 def cpu_model() -> Optional[str]:

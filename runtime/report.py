@@ -8,6 +8,7 @@ import sys
 from typing import Any, Dict, IO, List, Optional
 
 from perflsp import units
+from perflsp.profile_result import compile_summary
 
 PHASE_TEXT = {
     "start": "starting",
@@ -20,6 +21,8 @@ PHASE_TEXT = {
     "profile": "profiling",
     "attribution": "attributing ops to lines",
     "analysis": "analysing",
+    "explain": "finding graph breaks (torch._dynamo.explain)",
+    "compile": "compiling (torch.compile)",
 }
 
 
@@ -156,6 +159,8 @@ def render_result(result: Dict[str, Any], written_to: Optional[str] = None) -> s
         blocked = (f"blocks {units.duration_us(sync['blocked_us'])} ({units.percent(sync['share'])})"
                    if sync["blocking"] else "does not block on CPU")
         out.append(_row("sync", f"line {sync['line']}: {sync['kind']} ({sync['op']}) x{sync['count']:.0f} per call, {blocked}"))
+    if result.get("compile"):
+        out.extend(_compile_rows(result["compile"]))
     if result.get("program"):
         program = result["program"]
         out.append(_row("program", f"{program['command']}: {program['calls_seen']} calls seen"
@@ -163,6 +168,25 @@ def render_result(result: Dict[str, Any], written_to: Optional[str] = None) -> s
     if written_to:
         out.append(_row("result", _relative(written_to)))
     return "\n".join(out) + "\n"
+
+
+def _compile_rows(block: Dict[str, Any]) -> List[str]:
+    mode = "" if block["explain_only"] else f" (mode {block['mode']})"
+    rows = [_row("compile", compile_summary(block) + mode)]
+    for item in block["graph_breaks"]:
+        rows.append(_row("  break", f"{_relative(item['file'])}:{item['line']}: {item['explanation']}"))
+    for item in block["recompiles"]:
+        rows.append(_row("  recompile", item["reason"]))
+    for note in block["notes"]:
+        rows.append(_row("  note", note))
+    return rows
+
+
+def render_graph_breaks(target: Dict[str, Any], block: Dict[str, Any]) -> str:
+    """`--graph-breaks`: the function, then one `file:line: what to do` per break."""
+    where = f"{_relative(target.get('file'))}:{target.get('def_line')}" if target.get("file") else target["spec"]
+    out = [f"perflsp graph breaks  {target['qualname']}  ({where})"]
+    return "\n".join(out + _compile_rows(block)) + "\n"
 
 
 def render_peaks(payload: Dict[str, Any]) -> str:

@@ -37,7 +37,7 @@ JOB_PREFIX = "perflsp-job-"
 @dataclass
 class Outcome:
     exit_code: Optional[int]  # the child's, None when killed by us
-    payload: Optional[Dict[str, Any]]  # what the child wrote as its result
+    payload: Optional[Dict[str, Any]]  # what the child wrote as its result (last written, if it timed out)
     timed_out: bool = False
     signal_number: Optional[int] = None
     phase: str = "start"
@@ -95,8 +95,13 @@ def _alive(pid: int) -> bool:
 
 
 def run_job(job: Dict[str, Any], timeout_s: float, on_message: Callable[[Dict[str, Any]], None] = lambda m: None,
-            stdout: Any = None, stop_after_result: bool = True) -> Outcome:
-    """Run `job` in a watched child; returns what happened. Never raises for the child's faults."""
+            stdout: Any = None, stop_after_result: bool = True, partial_results: bool = False) -> Outcome:
+    """Run `job` in a watched child; returns what happened. Never raises for the child's faults.
+
+    `stop_after_result`: a written result is the whole measurement, so a child that goes on
+    (a program run) is stopped shortly after. `partial_results`: the child writes its result in
+    steps (a compile job: its graph breaks, then its timings), so only its exit completes it and
+    the timeout applies whatever it wrote."""
     sweep_stale_jobs()
     folder = tempfile.mkdtemp(prefix=f"{JOB_PREFIX}{os.getpid()}-")
     try:
@@ -107,13 +112,13 @@ def run_job(job: Dict[str, Any], timeout_s: float, on_message: Callable[[Dict[st
                    stack_dump=paths["stack.txt"], hot_record=paths["hot.json"])
         with open(paths["job.json"], "w", encoding="utf-8") as handle:
             json.dump(job, handle)
-        return _watch(paths, timeout_s, on_message, stdout, stop_after_result)
+        return _watch(paths, timeout_s, on_message, stdout, stop_after_result, partial_results)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
 def _watch(paths: Dict[str, str], timeout_s: float, on_message: Callable[[Dict[str, Any]], None], stdout: Any,
-           stop_after_result: bool) -> Outcome:
+           stop_after_result: bool, partial_results: bool) -> Outcome:
     command = [sys.executable, "-m", "perflsp.runtime", "_worker", paths["job.json"]]
     started = time.monotonic()
     # The user's prints go to our stderr: our stdout carries the table or the JSON result. The
@@ -140,7 +145,7 @@ def _watch(paths: Dict[str, str], timeout_s: float, on_message: Callable[[Dict[s
                 outcome.exit_code = code
                 break
             now = time.monotonic()
-            if result_seen_at is None and os.path.exists(paths["result.json"]):
+            if result_seen_at is None and not partial_results and os.path.exists(paths["result.json"]):
                 result_seen_at = now
             if stop_after_result and result_seen_at is not None and now - result_seen_at > STOP_GRACE_S:
                 # The result is complete but the program does not stop (it caught our
@@ -169,8 +174,9 @@ def _watch(paths: Dict[str, str], timeout_s: float, on_message: Callable[[Dict[s
     outcome.elapsed_s = time.monotonic() - started
     if outcome.exit_code is not None and outcome.exit_code < 0:
         outcome.signal_number = -outcome.exit_code
-    if not outcome.timed_out:
-        outcome.payload = _read_json(paths["result.json"])
+    # A timed-out job may have written a partial result (a compile job writes its graph breaks
+    # before compiling); a profile job writes its result only when complete.
+    outcome.payload = _read_json(paths["result.json"])
     outcome.hot = _read_json(paths["hot.json"])
     return outcome
 

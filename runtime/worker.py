@@ -17,15 +17,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from perflsp.profile_result import EXIT_OK, exit_code_for, write_json_atomic
-from perflsp.runtime import analysis
+from perflsp.runtime import analysis, env
 from perflsp.runtime.channel import Reporter
 from perflsp.runtime.program import StopProgram
 from perflsp.runtime.targets import (SpecSyntaxError, TargetError, TargetSpec, UsageError, check_exists,
                                      import_target_module, parse_target, resolve_attribute, source_file_of)
 from perflsp.runtime.timing import TimingOptions
 from perflsp.units import byte_count
-
-RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def install_stack_dump(path: str) -> Any:
@@ -39,13 +37,6 @@ def install_stack_dump(path: str) -> Any:
     return handle
 
 
-def _library_dirs() -> Tuple[str, ...]:
-    import sysconfig
-
-    paths = sysconfig.get_paths()
-    return tuple(paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(key))
-
-
 def raised_by_perflsp(exc: BaseException, user_files: Tuple[str, ...] = ()) -> bool:
     """A bug in perflsp rather than a failure of the target: no frame of the traceback is the
     user's code (the target's file, or anything that is not the runtime's own, the standard
@@ -53,8 +44,8 @@ def raised_by_perflsp(exc: BaseException, user_files: Tuple[str, ...] = ()) -> b
     frames = [frame.f_code.co_filename for frame, _ in traceback.walk_tb(exc.__traceback__)]
     if not frames or any(os.path.realpath(name) in user_files for name in frames):
         return False
-    libraries = _library_dirs()
-    return all(name.startswith((RUNTIME_DIR, "<frozen") + libraries) for name in frames)
+    libraries = env.library_dirs()
+    return all(name.startswith((env.RUNTIME_DIR, "<frozen") + libraries) for name in frames)
 
 
 def user_traceback(exc: BaseException, internal: bool = False) -> str:
@@ -63,7 +54,7 @@ def user_traceback(exc: BaseException, internal: bool = False) -> str:
     if internal:
         return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     frames = [(frame, lineno) for frame, lineno in traceback.walk_tb(exc.__traceback__)
-              if not frame.f_code.co_filename.startswith(RUNTIME_DIR)
+              if not frame.f_code.co_filename.startswith(env.RUNTIME_DIR)
               and "importlib._bootstrap" not in frame.f_code.co_filename
               and not frame.f_code.co_filename.endswith("runpy.py")]
     summary = traceback.StackSummary.extract(frames)
@@ -207,6 +198,51 @@ def run_profile(job: Job) -> int:
                      f"{prefix}{type(exc).__name__}: {exc} (during {reporter.phase_name})", exc=exc, internal=internal)
 
 
+def run_compile(job: Job) -> int:
+    """The `--compile` (or `--graph-breaks`) job: writes `{"compile": block}`, once right after
+    explain (the breaks outlive a compile that then times out) and again at the end. A failure
+    is the block's `error`, never the run's: the eager profile stands either way."""
+    from perflsp.runtime import compiling
+    from perflsp.runtime.dynamo_compat import CompileUnavailable
+
+    d = job.data
+    block = compiling.new_block(d["compile_mode"], d["device"], bool(d.get("explain_only")))
+    try:
+        try:
+            job.device = env.choose_device(d["device"])  # the eager profile's device, or auto for --graph-breaks
+        except RuntimeError as exc:
+            raise UsageError(str(exc)) from None
+        block = compiling.new_block(d["compile_mode"], job.device, block["explain_only"])
+        target = parse_target(d["target"], Path(d.get("cwd") or os.getcwd()))
+        check_exists(target)
+        if _inputs_from_program(d, target):
+            raise UsageError("--compile needs the function's inputs from --setup or @perflsp.profile(setup=...): "
+                             "a --run program's calls are not replayed compiled")
+        fn, _, marker, setup_fn, _ = _target_and_inputs(job, target)
+        job.reporter.phase("setup")
+        args, kwargs = normalize_inputs(setup_fn())
+        job.reporter.phase("explain")
+        compiling.find_breaks(fn, args, kwargs, block)
+        job.write({"compile": block})
+        if not block["explain_only"]:
+            compiling.measure(fn, args, kwargs, job.device, block, job.timing_options(marker), job.reporter)
+    except CompileUnavailable as exc:
+        block["error"] = {"kind": "unavailable", "message": str(exc)}
+    except (TargetError, UsageError, SpecSyntaxError) as exc:
+        block["error"] = {"kind": "usage", "message": str(exc)}
+    except BaseException as exc:  # the target, or torch.compile on it, failed: say where and why
+        from perflsp.runtime import compat, graph_breaks
+
+        phase = job.reporter.phase_name
+        if compat.is_out_of_memory(exc):
+            block["error"] = {"kind": "out-of-memory", "message": oom_message(exc, job.device, phase)}
+        else:
+            block["error"] = {"kind": "exception", "message": f"{type(exc).__name__} during {phase}: "
+                                                                f"{graph_breaks.first_lines(str(exc))}"}
+    job.write({"compile": block})
+    return EXIT_OK
+
+
 def _fail(job: Job, base: Dict[str, Any], kind: str, message: str, exc: Optional[BaseException] = None,
           defined: Optional[List[str]] = None, internal: bool = False) -> int:
     error = analysis.error_block(kind, message, phase=job.reporter.phase_name,
@@ -256,29 +292,10 @@ def _profile(job: Job, target: TargetSpec, base: Dict[str, Any]) -> int:
         raise UsageError(str(exc)) from None
     base["device"] = env.describe_device(device)
     base["environment"] = env.environment()
-    run_command = d.get("run")
-    if d.get("setup") is None and run_command and not _has_marker_statically(target):
-        return _profile_program(job, target, base, run_command, probe=requested == "auto" and device == "cuda")
+    if _inputs_from_program(d, target):
+        return _profile_program(job, target, base, d["run"], probe=requested == "auto" and device == "cuda")
 
-    reporter.phase("import", target.spec)
-    module = import_target_module(target)
-    fn = resolve_attribute(module, target)
-    _check_module_target(target, fn, module)
-    marker = getattr(fn, "__perflsp_profile__", None)
-    if d.get("setup") is not None:
-        setup_spec = parse_target(d["setup"], Path(d.get("cwd") or os.getcwd()))
-        check_exists(setup_spec)
-        setup_fn = resolve_attribute(import_target_module(setup_spec), setup_spec)
-        inputs = "setup"
-    elif marker is not None and marker.setup is not None:
-        setup_fn, inputs = marker.setup, "marker"
-    elif run_command:
-        raise UsageError(f"{target.spec} was imported before the program started, so its calls cannot be "
-                         "captured; remove the @perflsp.profile marker without setup= or pass --setup")
-    else:
-        raise UsageError(f"no inputs for {target.spec}: add @perflsp.profile(setup=make_inputs) to it, pass "
-                         "--setup module:function, or --run \"python your_program.py\" (or set "
-                         "[tool.perflsp] profile-command)")
+    fn, module, marker, setup_fn, inputs = _target_and_inputs(job, target)
     options = job.timing_options(marker)
     base["settings"] = job.settings(inputs, options)
     source = source_file_of(fn, module)
@@ -304,6 +321,29 @@ def _profile(job: Job, target: TargetSpec, base: Dict[str, Any]) -> int:
     return EXIT_OK
 
 
+def _target_and_inputs(job: Job, target: TargetSpec) -> Tuple[Any, Any, Any, Any, str]:
+    """(function, its module, its @perflsp.profile marker, the setup function, where the inputs
+    come from): the target imported and its inputs found, as --setup or the marker give them."""
+    d = job.data
+    job.reporter.phase("import", target.spec)
+    module = import_target_module(target)
+    fn = resolve_attribute(module, target)
+    _check_module_target(target, fn, module)
+    marker = getattr(fn, "__perflsp_profile__", None)
+    if d.get("setup") is not None:
+        setup_spec = parse_target(d["setup"], Path(d.get("cwd") or os.getcwd()))
+        check_exists(setup_spec)
+        return fn, module, marker, resolve_attribute(import_target_module(setup_spec), setup_spec), "setup"
+    if marker is not None and marker.setup is not None:
+        return fn, module, marker, marker.setup, "marker"
+    if d.get("run"):
+        raise UsageError(f"{target.spec} was imported before the program started, so its calls cannot be "
+                         "captured; remove the @perflsp.profile marker without setup= or pass --setup")
+    raise UsageError(f"no inputs for {target.spec}: add @perflsp.profile(setup=make_inputs) to it, pass "
+                     "--setup module:function, or --run \"python your_program.py\" (or set "
+                     "[tool.perflsp] profile-command)")
+
+
 def _check_module_target(target: TargetSpec, fn: Any, module: Any) -> None:
     """A `pkg.mod:func` target's definition is known only once imported: check it as a file
     target's is checked before the profiling process starts."""
@@ -312,6 +352,11 @@ def _check_module_target(target: TargetSpec, fn: Any, module: Any) -> None:
     source, qualname = source_file_of(fn, module), analysis.code_qualname_of(fn)
     if source is not None and qualname:
         check_exists(dataclasses.replace(target, file=source, qualname=qualname))
+
+
+def _inputs_from_program(d: Dict[str, Any], target: TargetSpec) -> bool:
+    """The calls to measure come from running the program (--run), not from a setup function."""
+    return d.get("setup") is None and bool(d.get("run")) and not _has_marker_statically(target)
 
 
 def _has_marker_statically(target: TargetSpec) -> bool:
@@ -432,12 +477,12 @@ def main(job_path: str) -> int:
         sys.path.insert(0, data["cwd"])
     job = Job(data)
     try:
-        code = run_peaks(job) if data["command"] == "peaks" else run_profile(job)
+        code = {"peaks": run_peaks, "compile": run_compile}.get(data["command"], run_profile)(job)
     finally:
         job.reporter.close()
         if dump is not None:
             dump.flush()
-    if data["command"] == "peaks" or data.get("stop_program", True) or not data.get("run"):
+    if data["command"] != "profile" or data.get("stop_program", True) or not data.get("run"):
         # The result is written. Tearing down an interpreter that imported torch takes most of
         # a second; the user's own atexit work only matters for a program run to its end.
         sys.stdout.flush()

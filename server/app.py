@@ -324,10 +324,11 @@ def create_server() -> PerflspServer:
     @ls.feature(T.TEXT_DOCUMENT_CODE_ACTION, T.CodeActionOptions(code_action_kinds=actions.KINDS, resolve_provider=True))
     async def code_action(ls: PerflspServer, params: T.CodeActionParams):
         found = await actions.code_actions(ls, params)
-        if not params.context.only:  # "Profile this function" is neither a quick fix nor a source action
-            profile = ls.profiles.code_action(params.text_document.uri, params.range)
-            if profile is not None:
-                found.append(profile)
+        # "Profile this function" is neither a quick fix nor a source action; "Try torch.compile"
+        # is a quick fix where the profile's lever names torch.compile.
+        only = params.context.only
+        found.extend(a for a in ls.profiles.code_actions(params.text_document.uri, params.range)
+                     if not only or (a.kind is not None and actions.wanted(a.kind.value, only)))
         return found
 
     @ls.feature(T.CODE_ACTION_RESOLVE)
@@ -353,6 +354,16 @@ def create_server() -> PerflspServer:
     async def profile_function(ls: PerflspServer, *args: Any):
         uri, function = _target_args(args)
         return await ls.profiles.profile(uri, function)
+
+    @ls.command("perflsp.compileFunction")
+    async def compile_function(ls: PerflspServer, *args: Any):
+        uri, function = _target_args(args)
+        return await ls.profiles.profile(uri, function, mode="compile")
+
+    @ls.command("perflsp.findGraphBreaks")
+    async def find_graph_breaks(ls: PerflspServer, *args: Any):
+        uri, function = _target_args(args)
+        return await ls.profiles.profile(uri, function, mode="breaks")
 
     @ls.command("perflsp.profileAgain")
     async def profile_again(ls: PerflspServer, *args: Any):

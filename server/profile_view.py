@@ -8,14 +8,18 @@ what "Profile this function" offers and where the lenses go.
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from lsprotocol import types as T
 
 from perflsp import units
+from perflsp.profile_result import compile_summary
 
 PROFILE_SOURCE = "perflsp-profile"
+COMPILE_SOURCE = "perflsp-compile"
 MARKERS = ("profile", "hot")
 
 
@@ -113,6 +117,18 @@ def lever(result: Mapping[str, Any]) -> Optional[str]:
     return levers[0] if levers else None
 
 
+def compile_is_a_lever(result: Mapping[str, Any]) -> bool:
+    """The verdict's levers name torch.compile (overhead-bound code, unfused pointwise chains, a
+    slow kernel): the profile offers "Try torch.compile" as their quick fix."""
+    return any("torch.compile" in item for item in (result.get("verdict") or {}).get("levers") or [])
+
+
+def compile_headline(result: Mapping[str, Any]) -> str:
+    """What "Try torch.compile" ran into, in one line (the compile block, else the profile)."""
+    block = result.get("compile")
+    return compile_summary(block) if block else headline(result) or ""
+
+
 # --- diagnostics ---------------------------------------------------------------------------------
 
 def _line_range(lines: Sequence[str], line: int, units) -> T.Range:
@@ -180,8 +196,37 @@ def diagnostics(placed: Placed, lines: Sequence[str], units) -> List[T.Diagnosti
         out.append(T.Diagnostic(range=_line_range(lines, line, units), message=line_message(entry),
                                 severity=T.DiagnosticSeverity.Information, source=PROFILE_SOURCE,
                                 code=entry.get("regime")))
+    if result.get("compile"):
+        out.extend(compile_diagnostics(placed, lines, units))
     return out
 
+
+def compile_diagnostics(placed: Placed, lines: Sequence[str], units) -> List[T.Diagnostic]:
+    """The compile verdict on the def line, and each graph break of the function on its line.
+    Breaks elsewhere (a helper in another file) are the verdict's related information."""
+    result = placed.result
+    block = result["compile"]
+    qualname = (result.get("target") or {}).get("qualname", "?")
+    path = os.path.realpath((result.get("target") or {}).get("file") or "")
+    breaks: List[T.Diagnostic] = []
+    elsewhere: List[T.DiagnosticRelatedInformation] = []
+    for item in block.get("graph_breaks") or []:
+        message = f"graph break: {item['explanation']}"
+        line = placed.line_of(item["line"]) if os.path.realpath(item["file"]) == path else None
+        if line is not None:
+            breaks.append(T.Diagnostic(range=_line_range(lines, line, units), message=message,
+                                       severity=T.DiagnosticSeverity.Warning, source=COMPILE_SOURCE, code="graph-break"))
+        else:
+            start = T.Position(item["line"] - 1, 0)
+            elsewhere.append(T.DiagnosticRelatedInformation(
+                location=T.Location(uri=Path(item["file"]).as_uri(), range=T.Range(start=start, end=start)),
+                message=message))
+    error = block.get("error")
+    verdict = T.Diagnostic(range=_line_range(lines, placed.function.def_line - 1, units),
+                           message=f"{qualname}: {compile_summary(block)}", severity=T.DiagnosticSeverity.Information,
+                           source=COMPILE_SOURCE, code=f"compile-{error['kind']}" if error else "compile",
+                           related_information=elsewhere or None)
+    return [verdict] + breaks
 
 def line_message(entry: Mapping[str, Any]) -> str:
     text = f"{units.percent(entry.get('share'))} of the call ({units.duration_us(entry.get('time_us'))}), {entry.get('regime', '?')}"
@@ -217,6 +262,15 @@ def with_measured_cost(diag: T.Diagnostic, cost: str) -> T.Diagnostic:
     return T.Diagnostic(range=diag.range, message=f"{diag.message} — {cost}", severity=diag.severity,
                         code=diag.code, code_description=diag.code_description, source=diag.source,
                         tags=diag.tags, related_information=diag.related_information, data=diag.data)
+
+
+def compile_hover(block: Mapping[str, Any]) -> str:
+    rows = [f"**torch.compile** (mode {block.get('mode')}): {compile_summary(block)}"]
+    rows += [f"- graph break at `{os.path.basename(b['file'])}:{b['line']}`: {b['explanation']}"
+             for b in block.get("graph_breaks") or []]
+    rows += [f"- recompiled: guard `{r['reason']}` failed" for r in block.get("recompiles") or []]
+    rows += [f"- note: {note}" for note in block.get("notes") or []]
+    return "\n".join(rows)
 
 
 # --- hover -----------------------------------------------------------------------------------------
@@ -270,6 +324,8 @@ def hover_text(result: Mapping[str, Any], stale: bool, result_file: Optional[str
                          f"{units.si(entry.get('flops'), '')} | {units.si(entry.get('bytes'), 'B')} | {entry.get('regime')} | "
                          f"`{code}` |")
         text.append("\n".join(table))
+    if result.get("compile"):
+        text.append(compile_hover(result["compile"]))
     if plot_uri:
         text.append(f"[Open the roofline plot]({plot_uri})")
     if result_file:

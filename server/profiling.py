@@ -11,6 +11,10 @@ inside a workspace folder are profiled: the commands name their file. Cancel (th
 button, or `$/cancelRequest` of the command) interrupts the runtime, which stops its profiling
 process and everything that started, then kills whatever is left of the process tree.
 
+"Try torch.compile on this function" is the same run with `--compile`, "Find torch.compile graph
+breaks" runs `--graph-breaks` (explain only; its breaks are kept in memory, never on disk): see
+docs/compile.md.
+
 Results persist where the runtime writes them (`<workspace>/.perflsp/profiles/`), are loaded when a
 file opens and shown while the function's source hash (`perflsp.profile_result`) matches the
 editor's text; a result whose function changed is stale and is not shown.
@@ -36,7 +40,8 @@ from lsprotocol import types as T
 from pygls.uris import to_fs_path
 
 from perflsp.processes import descendants
-from perflsp.profile_result import ResultError, function_source_sha256, read_result, result_filename, results_dir
+from perflsp.profile_result import (ResultError, compile_summary, function_source_sha256, read_result, result_filename,
+                                    results_dir)
 from perflsp.server import profile_view as view
 
 if TYPE_CHECKING:
@@ -48,9 +53,11 @@ PHASES = {
     "start": "starting", "import": "importing the target", "peaks": "measuring device ceilings (cached afterwards)",
     "setup": "building inputs", "program": "running the program", "warm-up": "warming up", "timing": "timing",
     "profile": "profiling", "attribution": "attributing ops to lines", "analysis": "analysing",
+    "explain": "finding graph breaks", "compile": "compiling (torch.compile)",
 }
 PREFLIGHT = ("import importlib.util as u; print(u.find_spec('perflsp') is not None, "
              "u.find_spec('torch') is not None)")
+DEFAULT_TIMEOUT_S = 300.0  # the runtime's, when perflsp.profile.timeout is not set
 KILL_GRACE_S = 0.5  # after SIGINT, the runtime's own cleanup gets this long before SIGKILL
 KEPT_LINE_BYTES = 4096  # of each line of the runtime's output, for error messages
 
@@ -65,6 +72,8 @@ class Entry:
 class Job:
     path: str
     qualname: str
+    # "profile"; "compile": the profile plus the compiled run; "breaks": graph breaks only (docs/compile.md)
+    mode: str = "profile"
     process: Optional[asyncio.subprocess.Process] = None
     cancelled: bool = False
     token: Optional[str] = None
@@ -107,6 +116,9 @@ class Profiler:
         self.server = server
         self.running: Dict[Tuple[str, str], Job] = {}
         self.entries: Dict[str, Dict[str, Entry]] = {}  # resolved file path -> qualname -> result
+        # Graph breaks found without a profile (`--graph-breaks`): {"target", "compile"} documents,
+        # shown until the function changes or a profile of it arrives; never written to disk.
+        self.breaks: Dict[str, Dict[str, Entry]] = {}
         self.tasks: set = set()
 
     # --- where things are --------------------------------------------------------------------------
@@ -179,10 +191,11 @@ class Profiler:
         if path is not None:
             self.entries.pop(path, None)
 
-    def placed(self, uri: str, text: Optional[str] = None) -> List[Tuple[view.Placed, Entry]]:
-        """The results that still match the text (fresh), placed on its current lines."""
+    def placed(self, uri: str, text: Optional[str] = None, breaks: bool = False) -> List[Tuple[view.Placed, Entry]]:
+        """The results (with `breaks`, the graph-breaks-only documents) that still match the text
+        (fresh), placed on its current lines."""
         path = self.file_of(uri)
-        entries = self.entries.get(path or "", {})
+        entries = (self.breaks if breaks else self.entries).get(path or "", {})
         if not entries:
             return []
         text = text if text is not None else self.text_of(uri)
@@ -209,8 +222,8 @@ class Profiler:
 
     def decorate(self, uri: str, diagnostics: Sequence[T.Diagnostic]) -> List[T.Diagnostic]:
         """The static diagnostics with measured costs appended, plus the profile diagnostics."""
-        placed = self.placed(uri)
-        if not placed:
+        placed, breaks = self.placed(uri), self.placed(uri, breaks=True)
+        if not placed and not breaks:
             return list(diagnostics)
         text = self.text_of(uri) or ""
         lines = text.split("\n")
@@ -220,15 +233,19 @@ class Profiler:
         for where, _ in placed:
             costs.update(view.measured_costs(where))
             extra.extend(view.diagnostics(where, lines, units))
+        compiled = {w.function.qualname for w, _ in placed if w.result.get("compile")}
+        for where, _ in breaks:
+            if where.function.qualname not in compiled:  # a profile's own compile block says it already
+                extra.extend(view.compile_diagnostics(where, lines, units))
         out = [view.with_measured_cost(d, costs[d.range.start.line])
                if d.source != view.PROFILE_SOURCE and d.range.start.line in costs else d for d in diagnostics]
         return out + extra
 
     def key(self, uri: str) -> str:
         """Changes whenever the shown profile diagnostics may change (part of pull result ids)."""
-        placed = self.placed(uri)
+        placed = self.placed(uri) + self.placed(uri, breaks=True)
         return "" if not placed else "-p" + str(abs(hash(tuple(
-            (e.result.get("created_at"), w.offset, w.function.def_line) for w, e in placed))))
+            (id(e.result), w.offset, w.function.def_line) for w, e in placed))))
 
     def republish(self, uri: str) -> None:
         if self.server.pull:
@@ -275,16 +292,31 @@ class Profiler:
                                                                   arguments=[uri, function.qualname])))
         return lenses
 
-    def code_action(self, uri: str, rng: T.Range) -> Optional[T.CodeAction]:
+    def code_actions(self, uri: str, rng: T.Range) -> List[T.CodeAction]:
+        """"Profile this function", "Try torch.compile on this function" and "Find torch.compile
+        graph breaks" for the function at `rng`. When its shown profile names torch.compile as a
+        lever, "Try torch.compile" is that lever's quick fix, tied to the verdict's diagnostic."""
         if not self.offers_profiling(uri):
-            return None
+            return []
         text = self.text_of(uri)
         function = view.function_at(text, rng.start.line) if text is not None else None
-        if function is None:
-            return None
-        return T.CodeAction(title=f"Profile this function ({function.qualname})",
-                            command=T.Command(title="Profile this function", command="perflsp.profileFunction",
-                                              arguments=[uri, function.qualname]))
+        if text is None or function is None:
+            return []
+        arguments = [uri, function.qualname]
+        compile_action = T.CodeAction(title=f"Try torch.compile on this function ({function.qualname})",
+                                      command=T.Command(title="Try torch.compile on this function",
+                                                        command="perflsp.compileFunction", arguments=arguments))
+        breaks_action = T.CodeAction(title=f"Find torch.compile graph breaks ({function.qualname})",
+                                     command=T.Command(title="Find torch.compile graph breaks",
+                                                       command="perflsp.findGraphBreaks", arguments=arguments))
+        for where, _ in self.placed(uri, text):
+            if where.function.qualname == function.qualname and view.compile_is_a_lever(where.result):
+                compile_action.kind = T.CodeActionKind.QuickFix
+                compile_action.diagnostics = view.diagnostics(where, text.split("\n"), self.server.encoder.units)[:1]
+        return [T.CodeAction(title=f"Profile this function ({function.qualname})",
+                             command=T.Command(title="Profile this function", command="perflsp.profileFunction",
+                                               arguments=arguments)),
+                compile_action, breaks_action]
 
     def hover(self, uri: str, position: T.Position) -> Optional[str]:
         path = self.file_of(uri)
@@ -328,7 +360,7 @@ class Profiler:
         self.republish(uri)
         return {"status": "cleared", "functions": removed}
 
-    async def profile(self, uri: str, qualname: Optional[str]) -> Dict[str, Any]:
+    async def profile(self, uri: str, qualname: Optional[str], mode: str = "profile") -> Dict[str, Any]:
         path = self.file_of(uri)
         if path is None:
             self.message(T.MessageType.Error, f"can only profile functions of saved .py files, not {uri}")
@@ -368,7 +400,7 @@ class Profiler:
             disk = None
         if disk is not None and function_source_sha256(disk, qualname)[0] != function_source_sha256(text, qualname)[0]:
             self.message(T.MessageType.Warning, f"{qualname} has unsaved changes: the saved version is profiled")
-        job = Job(path, qualname)
+        job = Job(path, qualname, mode)
         self.running[key] = job
         self._cancel_with_request(job)
         try:
@@ -437,12 +469,16 @@ class Profiler:
         progress_fd, progress_out = os.pipe()
         command = [*interpreter, "-m", "perflsp.runtime", "profile", f"{job.path}:{job.qualname}", "--json", out,
                    "--progress-fd", str(progress_out), "--workspace", str(workspace), "--cwd", str(workspace)]
-        if editor.profile_timeout:
-            command += ["--timeout", f"{editor.profile_timeout:g}"]
-        if editor.profile_min_time:
-            command += ["--min-time", f"{editor.profile_min_time:g}"]
-        plot = plot_path(workspace, job.path, job.qualname)
-        command += ["--plot", str(plot)]
+        if job.mode == "breaks":  # explain only: nothing profiled, compiled or saved
+            command += ["--graph-breaks", "--compile-timeout", f"{editor.profile_timeout or DEFAULT_TIMEOUT_S:g}"]
+        else:
+            if editor.profile_timeout:
+                command += ["--timeout", f"{editor.profile_timeout:g}"]
+            if editor.profile_min_time:
+                command += ["--min-time", f"{editor.profile_min_time:g}"]
+            if job.mode == "compile":  # the compile gets the profile's timeout again, on top of the profile's own
+                command += ["--compile", "--compile-timeout", f"{editor.profile_timeout or DEFAULT_TIMEOUT_S:g}"]
+            command += ["--plot", str(plot_path(workspace, job.path, job.qualname))]
         self.server.window_log_message(T.LogMessageParams(
             type=T.MessageType.Info, message=f"perflsp: profiling {job.qualname}: {shlex.join(command)}"))
         token = await self._progress_begin(job)
@@ -461,7 +497,7 @@ class Profiler:
             stdout_task = asyncio.ensure_future(job.process.stdout.read())
             await asyncio.gather(self._follow(job, token, progress), self._keep_stderr(job))
             # The runtime enforces its own timeout; this only guards against a runtime that hangs.
-            limit = (editor.profile_timeout or 300.0) + 60.0
+            limit = (editor.profile_timeout or DEFAULT_TIMEOUT_S) * (2 if job.mode == "compile" else 1) + 60.0
             try:
                 code = await asyncio.wait_for(job.process.wait(), timeout=limit)
             except asyncio.TimeoutError:
@@ -474,6 +510,8 @@ class Profiler:
                 self._progress_end(token, "cancelled")
                 self.message(T.MessageType.Info, text)
                 return {"status": "cancelled", "message": text}
+            if job.mode == "breaks":
+                return self._finish_breaks(uri, job, code, out, stdout, shown, origin, token)
             return self._finish(uri, job, code, out, stdout, shown, origin, token, elapsed)
         except FileNotFoundError as exc:
             text = f"cannot start the interpreter {shown} (chosen from {origin}): {exc}"
@@ -548,15 +586,7 @@ class Profiler:
             except ResultError as exc:
                 log.error("perflsp: %s", exc)
         if result is None:
-            tail = "\n".join(job.stderr[-15:]) or stdout.strip()[-1500:]
-            missing = "No module named 'torch'" in tail
-            text = (f"profiling {job.qualname} failed: torch is not installed in the interpreter {shown} "
-                    f"(chosen from {origin})" if missing else
-                    f"profiling {job.qualname} failed (exit status {code}, interpreter {shown}) without a result: "
-                    f"{tail[-800:]}")
-            self._progress_end(token, "failed")
-            self.message(T.MessageType.Error, text)
-            return {"status": "error", "kind": "crash", "message": text, "exit_code": code}
+            return self._no_result(job, code, stdout, shown, origin, token)
         target = result.get("target") or {}
         stored = None
         if target.get("module"):
@@ -565,9 +595,10 @@ class Profiler:
             candidate = result_path(self.workspace_for(job.path), target["module"], job.qualname)
             stored = str(candidate) if candidate.exists() else None
         self.entries.setdefault(job.path, {})[job.qualname] = Entry(result, stored)
+        self.breaks.get(job.path, {}).pop(job.qualname, None)  # this result's own compile block replaces them
         self.republish(uri)
         if result.get("status") == "ok":
-            headline = view.headline(result) or ""
+            headline = view.compile_headline(result) if job.mode == "compile" else view.headline(result) or ""
             self._progress_end(token, headline)
             log.info("perflsp: profiled %s in %.1f s: %s", job.qualname, elapsed, headline)
             return {"status": "ok", "regime": (result.get("verdict") or {}).get("regime"), "headline": headline,
@@ -585,6 +616,38 @@ class Profiler:
         self.message(T.MessageType.Error, text)
         return {"status": "error", "kind": kind, "message": text, "exit_code": code}
 
+    def _no_result(self, job: Job, code: int, stdout: str, shown: str, origin: str,
+                   token: Optional[str]) -> Dict[str, Any]:
+        """The runtime ended without a result: say why from the end of its output."""
+        tail = "\n".join(job.stderr[-15:]) or stdout.strip()[-1500:]
+        missing = "No module named 'torch'" in tail
+        text = (f"profiling {job.qualname} failed: torch is not installed in the interpreter {shown} "
+                f"(chosen from {origin})" if missing else
+                f"profiling {job.qualname} failed (exit status {code}, interpreter {shown}) without a result: "
+                f"{tail[-800:]}")
+        self._progress_end(token, "failed")
+        self.message(T.MessageType.Error, text)
+        return {"status": "error", "kind": "crash", "message": text, "exit_code": code}
+
+    def _finish_breaks(self, uri: str, job: Job, code: int, out: str, stdout: str, shown: str, origin: str,
+                       token: Optional[str]) -> Dict[str, Any]:
+        """`--graph-breaks` finished: keep its {"target", "compile"} document and show the breaks."""
+        try:
+            with open(out, encoding="utf-8") as handle:
+                document = json.load(handle)
+        except (OSError, ValueError):
+            return self._no_result(job, code, stdout, shown, origin, token)
+        self.breaks.setdefault(job.path, {})[job.qualname] = Entry(document, None)
+        self.republish(uri)
+        block = document["compile"]
+        summary = compile_summary(block)
+        self._progress_end(token, summary)
+        if block["error"] is not None:
+            text = f"finding graph breaks in {job.qualname} failed: {summary}"
+            self.message(T.MessageType.Error, text)
+            return {"status": "error", "kind": block["error"]["kind"], "message": text, "exit_code": code}
+        return {"status": "ok", "headline": summary, "exit_code": code}
+
     # --- $/progress --------------------------------------------------------------------------------------
 
     async def _progress_begin(self, job: Job) -> Optional[str]:
@@ -597,8 +660,10 @@ class Profiler:
             log.info("perflsp: no progress for profiling: %s", exc)
             return None
         job.token = token
+        title = {"compile": "Trying torch.compile on", "breaks": "Finding graph breaks in"}.get(job.mode, "Profiling")
+        title = f"{title} {job.qualname}"
         self.server.work_done_progress.begin(token, T.WorkDoneProgressBegin(
-            title=f"Profiling {job.qualname}", cancellable=True, message="starting", percentage=0))
+            title=title, cancellable=True, message="starting", percentage=0))
         future = self.server.work_done_progress.tokens.get(token)
         if future is not None:
             loop = asyncio.get_running_loop()

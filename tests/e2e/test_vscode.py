@@ -47,6 +47,8 @@ COMMANDS = {
     "perflsp.restart": "Restart server",
     "perflsp.showLogs": "Show logs",
     "perflsp.profile": "Profile this function",
+    "perflsp.tryCompile": "Try torch.compile on this function",
+    "perflsp.graphBreaks": "Find torch.compile graph breaks",
     "perflsp.fixAll": "Fix all perflsp findings",
     "perflsp.openRuleDocs": "Open rule documentation",
 }

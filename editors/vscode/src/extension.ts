@@ -17,7 +17,10 @@ import {
 } from "vscode-languageclient/node";
 
 import { discover, Discovery, RunResult, ServerCommand, pipCommand } from "./discovery";
-import { describeProfileResult, enclosingFunction, PROFILE_COMMAND, PROFILE_COMMANDS } from "./profile";
+import {
+  BREAKS_COMMAND, COMPILE_COMMAND, describeProfileResult, enclosingFunction, PROFILE_COMMAND, PROFILE_COMMANDS,
+  progressTitle,
+} from "./profile";
 import * as python from "./python";
 import {
   anchorExecutable, expandVariables, Lookup, needsRestart, profilingAllowed, SECTION, ServerSettings, serverSettings,
@@ -350,10 +353,14 @@ class Server implements vscode.Disposable {
 
 // --- commands ---------------------------------------------------------------------------------------
 
-/** "Profile this function" from the palette or the context menu: the function around the cursor. */
-async function profileAtCursor(log: vscode.LogOutputChannel, uriArg?: unknown, nameArg?: unknown): Promise<unknown> {
+/**
+ * "Profile this function" (or "Try torch.compile on this function", "Find torch.compile graph
+ * breaks": `command`) from the palette or the context menu: the function around the cursor.
+ */
+async function profileAtCursor(log: vscode.LogOutputChannel, command: string, uriArg?: unknown,
+                               nameArg?: unknown): Promise<unknown> {
   if (typeof uriArg === "string" && typeof nameArg === "string") {
-    return profile(log, PROFILE_COMMAND, [uriArg, nameArg]); // called with a target (another extension, a keybinding)
+    return profile(log, command, [uriArg, nameArg]); // called with a target (another extension, a keybinding)
   }
   const editor = vscode.window.activeTextEditor;
   if (!editor || editor.document.languageId !== "python") {
@@ -365,11 +372,12 @@ async function profileAtCursor(log: vscode.LogOutputChannel, uriArg?: unknown, n
     void vscode.window.showWarningMessage("perflsp: put the cursor inside a function (a `def`) to profile it.");
     return;
   }
-  return profile(log, PROFILE_COMMAND, [editor.document.uri.toString(), name]);
+  return profile(log, command, [editor.document.uri.toString(), name]);
 }
 
 /**
- * Runs one of the server's profiling commands (`perflsp.profileFunction`, `perflsp.profileAgain`)
+ * Runs one of the server's profiling commands (`perflsp.profileFunction`, `perflsp.profileAgain`,
+ * `perflsp.compileFunction`, `perflsp.findGraphBreaks`)
  * with `[uri, qualname]`: from the command above, and from the server's code lens and code
  * action, which reach it through the `executeCommand` middleware. Checks that profiling is allowed
  * (it runs the user's code), saves the file (the runtime runs it from disk), shows a cancellable
@@ -413,7 +421,7 @@ async function profile(log: vscode.LogOutputChannel, command: string, args: unkn
     // The server reports the phases in the status bar; this notification carries the Cancel button
     // ($/cancelRequest: the server stops the profiling process).
     const result = await vscode.window.withProgress(
-      { location: vscode.ProgressLocation.Notification, title: `perflsp: measuring ${name}`, cancellable: true },
+      { location: vscode.ProgressLocation.Notification, cancellable: true, title: progressTitle(command, name) },
       (_progress, token) => client.sendRequest(ExecuteCommandRequest.type, { command, arguments: args }, token),
     );
     const { text, failed, shownByServer } = describeProfileResult(result);
@@ -527,7 +535,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.workspace.registerTextDocumentContentProvider(RULE_SCHEME, pages),
     vscode.commands.registerCommand("perflsp.restart", () => server?.restart("asked by the user")),
     vscode.commands.registerCommand("perflsp.showLogs", () => log.show()),
-    vscode.commands.registerCommand("perflsp.profile", (uri?: unknown, name?: unknown) => profileAtCursor(log, uri, name)),
+    vscode.commands.registerCommand("perflsp.profile",
+      (uri?: unknown, name?: unknown) => profileAtCursor(log, PROFILE_COMMAND, uri, name)),
+    vscode.commands.registerCommand("perflsp.tryCompile",
+      (uri?: unknown, name?: unknown) => profileAtCursor(log, COMPILE_COMMAND, uri, name)),
+    // Not "perflsp.findGraphBreaks": the language client registers the server's commands under their names.
+    vscode.commands.registerCommand("perflsp.graphBreaks",
+      (uri?: unknown, name?: unknown) => profileAtCursor(log, BREAKS_COMMAND, uri, name)),
     vscode.commands.registerCommand("perflsp.fixAll", () => fixAll(log)),
     vscode.commands.registerCommand("perflsp.openRuleDocs", (code?: unknown) => openRuleDocs(pages, code)),
     vscode.workspace.onDidChangeConfiguration((event) => {

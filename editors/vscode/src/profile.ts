@@ -2,8 +2,17 @@
 // Pure (no `vscode` import) so it is unit-tested.
 
 export const PROFILE_COMMAND = "perflsp.profileFunction"; // the server's workspace/executeCommand
+export const COMPILE_COMMAND = "perflsp.compileFunction"; // "Try torch.compile on this function"
+export const BREAKS_COMMAND = "perflsp.findGraphBreaks"; // torch.compile's graph breaks only (explain)
 /** Server commands that run the user's code (the code lens offers `profileAgain` after a first run). */
-export const PROFILE_COMMANDS = [PROFILE_COMMAND, "perflsp.profileAgain"];
+export const PROFILE_COMMANDS = [PROFILE_COMMAND, "perflsp.profileAgain", COMPILE_COMMAND, BREAKS_COMMAND];
+
+/** The progress notification's title while `command` runs on `name`. */
+export function progressTitle(command: string, name: string): string {
+  if (command === COMPILE_COMMAND) return `perflsp: trying torch.compile on ${name}`;
+  if (command === BREAKS_COMMAND) return `perflsp: finding graph breaks in ${name}`;
+  return `perflsp: measuring ${name}`;
+}
 
 const DEF = /^(\s*)(?:async\s+)?def\s+([A-Za-z_]\w*)\s*[([]/;
 const CLASS = /^(\s*)class\s+([A-Za-z_]\w*)\s*[(:[]/;

@@ -1,6 +1,9 @@
 import { describe, expect, it } from "vitest";
 
-import { describeProfileResult, enclosingFunction } from "../src/profile";
+import {
+  BREAKS_COMMAND, COMPILE_COMMAND, describeProfileResult, enclosingFunction, PROFILE_COMMAND, PROFILE_COMMANDS,
+  progressTitle,
+} from "../src/profile";
 
 const SOURCE = `import torch
 
@@ -80,5 +83,15 @@ describe("describeProfileResult", () => {
   it("shows a plain string as it is", () => {
     expect(describeProfileResult("sync-bound")).toEqual({ text: "sync-bound", failed: false, shownByServer: false });
     expect(describeProfileResult(null).failed).toBe(false);
+  });
+});
+
+describe("progressTitle", () => {
+  it("names what each command that runs the user's code does", () => {
+    expect(progressTitle(PROFILE_COMMAND, "step")).toBe("perflsp: measuring step");
+    expect(progressTitle(COMPILE_COMMAND, "step")).toBe("perflsp: trying torch.compile on step");
+    expect(progressTitle(BREAKS_COMMAND, "step")).toBe("perflsp: finding graph breaks in step");
+    // All three run the user's code: the extension checks trust and saves the file first.
+    expect(PROFILE_COMMANDS).toEqual(expect.arrayContaining([PROFILE_COMMAND, COMPILE_COMMAND, BREAKS_COMMAND]));
   });
 });
