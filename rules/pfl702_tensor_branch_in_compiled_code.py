@@ -35,7 +35,7 @@ class TensorBranchInCompiledCode(Rule):
     )
     scope = "any"
     preview = True
-    preview_reason = (
+    tier_reason = (
         "New in the torch.compile group (PFL7xx): the premise was checked against torch 2.13 "
         "(`torch._dynamo.explain`, and the test suite re-checks every example), but its precision on "
         "real compiled code has not been judged yet."
