@@ -15,6 +15,7 @@ so a later torch may drop or reshape them: each one missing is a clear message, 
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -37,6 +38,9 @@ def _dynamo() -> Any:
     except ImportError as exc:  # builds without dynamo (some platforms, some Python versions)
         raise CompileUnavailable(f"torch {torch.__version__} cannot import torch._dynamo ({exc}), which "
                                  "torch.compile needs") from None
+    # Dynamo logs each graph break as a warning with its stack; perflsp reports every break on its
+    # line itself, so the log would only repeat it on the terminal.
+    logging.getLogger("torch._dynamo").setLevel(logging.ERROR)
     return torch._dynamo
 
 
