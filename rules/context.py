@@ -111,10 +111,11 @@ class ModuleContext:
             stack.extend(iter_children(current))
 
     def waits_anyway(self, node: cst.CSTNode) -> bool:
-        """The code around `node` already waits for the GPU on purpose: the statement before or
-        after it calls `torch.cuda.synchronize()`, or the next one reads a host clock (a sync there,
-        `loss.item()` then `t1 = time.perf_counter()`, is what makes the time right). A sync at
-        `node` then adds no stall."""
+        """The code around `node` already waits for the GPU on purpose: a statement of the same
+        block synchronizes the device (`torch.cuda.synchronize()`, or a project's own
+        `synchronize()`), or the next one reads a host clock (a sync there, `loss.item()` then
+        `t1 = time.perf_counter()`, is what makes the time right). A sync at `node` then adds no
+        stall: the queue is drained on every pass anyway."""
         child, parent = node, self.parent(node)
         while parent is not None and not isinstance(parent, (cst.IndentedBlock, cst.Module)):
             child, parent = parent, self.parent(parent)
@@ -122,14 +123,15 @@ class ModuleContext:
             return False
         body = list(parent.body)
         index = next(i for i, stmt in enumerate(body) if stmt is child)
-        before, after = self._calls(body[max(index - 1, 0):index]), self._calls(body[index + 1:index + 2])
-        return (any(q in CLOCKS or DEVICE_SYNC.match(q) for q in after)
-                or any(DEVICE_SYNC.match(q) for q in before))
+        if any(self._clock(call) for stmt in body[index + 1:index + 2] for call in self._calls(stmt)):
+            return True
+        return any(_synchronizes(self, stmt) for stmt in body if stmt is not child)
 
-    def _calls(self, statements: List[cst.CSTNode]) -> List[str]:
-        """The qualified names of the calls in `statements`."""
-        names = (self.qualname(n.func) for stmt in statements for n in self.descendants(stmt) if isinstance(n, cst.Call))
-        return [name for name in names if name]
+    def _calls(self, statement: cst.CSTNode) -> List[cst.Call]:
+        return [n for n in self.descendants(statement) if isinstance(n, cst.Call)]
+
+    def _clock(self, call: cst.Call) -> bool:
+        return self.qualname(call.func) in CLOCKS
 
     def code(self, node: cst.CSTNode, limit: int = 60) -> str:
         """The node's source on one line, shortened for messages."""
@@ -644,6 +646,17 @@ class _SpanState(CodegenState):
     def after_codegen(self, node: cst.CSTNode) -> None:
         if id(node) in self.wanted:
             self.spans[id(node)][1] = len(self.tokens)
+
+
+def _synchronizes(ctx: "ModuleContext", statement: cst.CSTNode) -> bool:
+    """A statement that is only a synchronize call: `torch.cuda.synchronize()`, a project's own
+    wrapper of it (`synchronize()`), `stream.synchronize()`."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.Call)):
+        return False
+    call = statement.body[0].value
+    qualname = ctx.qualname(call.func)
+    return bool(qualname and DEVICE_SYNC.match(qualname)) or (ctx.last_name(call.func) == "synchronize" and not call.args)
 
 
 def _trim(text: str, begin: int, end: int, parens: int) -> Tuple[int, int]:

@@ -63,12 +63,18 @@ class ItemInHotCode(Rule):
         "        labels = torch.full_like(encoded.input_ids, -100)\n"
         "        if (labels != -100).any().item():\n"
         "            return self.model(encoded[\"input_ids\"].to(images.device), images)\n",
-        # The loop synchronizes on purpose right before: reading the value adds no stall.
+        # The loop synchronizes on purpose on every pass: reading the value adds no stall.
         "import torch\n\n\ndef train(model, loader, opt):\n"
         "    for x in loader:\n"
         "        loss = model(x.cuda(non_blocking=True)).sum()\n"
         "        torch.cuda.synchronize()\n"
         "        print(loss.item())\n",
+        "from utils import synchronize\n\n\ndef train(model, loader, opt):\n"
+        "    for x in loader:\n"
+        "        loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "        print(loss.item())\n"
+        "        opt.step()\n"
+        "        synchronize()\n",
         # A benchmark reads the loss to wait for the step before it reads the clock.
         "import time\n\n\ndef bench(step, loader):\n"
         "    for batch in loader:\n"
