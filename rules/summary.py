@@ -32,7 +32,7 @@ FAILURE = "failure-path"
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 RARE_REGIONS = (LAZY, PERIODIC, FAILURE)
 # Call sites: what a call passes on to its callee. STEP: inside a step loop (per step whatever
-# the caller); COLD: inside a lazy-init or periodic block (nothing); LOOP: inside another loop;
+# the caller); COLD: inside a lazy-init, periodic or failure block (nothing); LOOP: inside another loop;
 # PLAIN: the caller's own status.
 STEP, COLD, LOOP_SITE, PLAIN = "step", "cold", "loop", "plain"
 
