@@ -57,6 +57,7 @@ def new_result(target: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, An
         "top_ops": [],
         "environment": None,
         "error": None,
+        "comparison": None,
     }
 
 
@@ -97,7 +98,9 @@ def code_qualname_of(fn: Any) -> Optional[str]:
 
 
 def settings_block(*, inputs: Optional[str], setup: Optional[str], run_command: Optional[str], stop_program: bool,
-                   timing: Any, timeout_s: Optional[float], device: str) -> Dict[str, Any]:
+                   timing: Any, timeout_s: Optional[float], device: str,
+                   arguments: Optional[List[str]] = None) -> Dict[str, Any]:
+    """`arguments`: the call's arguments described (`arguments.describe_arguments`), once known."""
     return {
         "inputs": inputs,
         "setup": setup,
@@ -108,6 +111,7 @@ def settings_block(*, inputs: Optional[str], setup: Optional[str], run_command: 
         "min_time_s": timing.min_time_s,
         "timeout_s": timeout_s,
         "device": device,
+        "arguments": arguments,
     }
 
 
@@ -345,6 +349,32 @@ def note_ceilings_change(result: Dict[str, Any], previous: Optional[Dict[str, An
     return result
 
 
+def _near_roof(regime: str, got: roofline.Attained, ceilings: roofline.Ceilings,
+               lines: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """When the call is at >= NEAR_ROOF of the ceiling that binds it: little is left to gain in
+    this function, so the first lever names the next most expensive line to look at (the one
+    after the line that does the binding work; a helper of the same file has its own line)."""
+    fraction = roofline.roof_fraction(regime, got)
+    if fraction is None or fraction < roofline.NEAR_ROOF:
+        return None
+    side = "compute" if regime == "compute-bound" else "memory"
+    ceiling = (f"the measured {ceilings.dtype_key} peak" if side == "compute"
+               else f"the measured {ceilings.level} bandwidth")
+    gain = (f"at most {1 / fraction:.2g}x left to gain in this function" if fraction < 1
+            else "nothing measurable left to gain in this function")
+    text = f"near the roof: {units.percent(fraction)} of {ceiling}, {gain}"
+    following = lines[1] if len(lines) > 1 else None
+    if following is not None:
+        text += (f"; look next at {_site_label(following['file'], following['line'])}: "
+                 f"{units.percent(following['share'])} of the call, {following['regime']}")
+    elif lines:
+        text += (f"; its time is all on line {lines[0]['line']}: what is left is calling it less often, or another "
+                 "algorithm")
+    return {"ceiling": side, "fraction": fraction,
+            "next": None if following is None else {k: following[k] for k in ("line", "code", "share", "regime")},
+            "lever": text}
+
+
 def build_result(inp: Inputs) -> Dict[str, Any]:
     device = inp.device["kind"]
     records = inp.attribution.records
@@ -426,6 +456,9 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
             "top_ops": [name for name, _ in s.op_names.most_common(3)],
         })
     lines.sort(key=lambda l: -max(l["time_us"], l["blocked_us"]))
+    near_roof = _near_roof(verdict.regime, got, ceilings, lines)
+    if near_roof is not None:
+        verdict.levers.insert(0, near_roof.pop("lever"))
 
     kernel_times = sorted(clean.kernel_durations_us if device == "cuda" else clean.op_durations_us)
     short_limit = SHORT_KERNEL_US if device == "cuda" else 20.0
@@ -471,6 +504,7 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
             "reasons": verdict.reasons,
             "levers": verdict.levers,
             "notes": verdict.notes,
+            "near_roof": near_roof,
         },
         "lines": lines[: inp.top_lines],
         "syncs": syncs,

@@ -258,11 +258,7 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
     code = EXIT_OK if result["status"] == "ok" else exit_code_for(error["kind"])
     written: Optional[Path] = None
     if result["status"] == "ok" or error["kind"] in PUBLISHED_ERRORS:
-        from perflsp.runtime import analysis
-
-        path = result_path(workspace, result["target"]["module"], result["target"]["qualname"])
-        analysis.note_ceilings_change(result, analysis.read_previous(path))
-        written = write_json_atomic(path, result)
+        written = _publish(result, result_path(workspace, result["target"]["module"], result["target"]["qualname"]))
     if args.json and args.json != "-":
         write_json_atomic(args.json, result)
     if args.json == "-":
@@ -280,6 +276,32 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
                 print(f"{'plot':<10} {args.plot}")
     sys.stdout.flush()
     return code
+
+
+def _publish(result: Dict[str, Any], path: Path) -> Path:
+    """Compare a successful result with the function's previous one, then write the result file
+    and add it to the function's history (`perflsp.profile_history`)."""
+    from perflsp import comparison, profile_history
+    from perflsp.runtime import analysis
+
+    history = profile_history.load(profile_history.history_path(path))
+    if result["status"] == "ok":
+        if not history.results:  # a result from before histories were kept starts the history
+            older = analysis.read_previous(path)
+            if older is not None and older.get("status") == "ok":
+                history.results.append(older)
+        previous = history.previous
+        result["comparison"] = comparison.compare(result, previous)
+        analysis.note_ceilings_change(result, previous)
+    written = write_json_atomic(path, result)
+    if result["status"] == "ok":
+        try:
+            history.append(result)
+        except OSError as exc:
+            history.warning = f"could not write the profile history {history.path}: {exc}"
+    if history.warning:
+        print(f"perflsp: warning: {history.warning}", file=sys.stderr)
+    return written
 
 
 def peaks_command(args: argparse.Namespace) -> int:

@@ -258,6 +258,7 @@ class ProgramSession:
         self.timed = 0
         self.wanted = 0
         self.attribution: Any = None
+        self.arguments: Optional[List[str]] = None  # the measured calls' arguments, described
         self.clean: Any = None
         self.source_file: Optional[str] = None
         self.function: Any = None
@@ -279,6 +280,7 @@ class ProgramSession:
 
     def _step(self, fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         from perflsp.runtime import profiling
+        from perflsp.runtime.arguments import describe_arguments
         from perflsp.runtime.timing import choose_iters, make_timer, percentile, synchronize, warmup_done
 
         self.calls_seen += 1
@@ -310,6 +312,7 @@ class ProgramSession:
                 self.phase = "attribution"
                 self.reporter.phase("attribution")
         elif self.phase == "attribution":
+            self.arguments = describe_arguments(args, kwargs)
             self.attribution = profiling.run_attribution(call, self.source_file or "", self.device)
             self.phase = "profile"
             self.reporter.phase("profile")

@@ -7,7 +7,7 @@ import shutil
 import sys
 from typing import Any, Dict, IO, List, Optional
 
-from perflsp import units
+from perflsp import comparison, units
 
 PHASE_TEXT = {
     "start": "starting",
@@ -117,6 +117,11 @@ def render_result(result: Dict[str, Any], written_to: Optional[str] = None) -> s
     out.append(_row("time", f"median {units.duration_us(timing['median_us'])}  p10 {units.duration_us(timing['p10_us'])}  "
                             f"p90 {units.duration_us(timing['p90_us'])}   {timing['clock']}, {timing['calls']} calls "
                             f"after {timing['warmup_calls']} warm-up"))
+    change = comparison.describe(result)
+    if change:
+        out.append(_row("change", change))
+        for note in result["comparison"]["notes"]:
+            out.append(_row("  note", note))
     out.append(_row("work", f"{units.flops(totals['flops'])}, {units.byte_count(totals['bytes'])} per call   "
                             f"AI {units.intensity(totals['intensity_flop_per_byte'])}   ridge "
                             f"{units.intensity(ceilings['ridge_flop_per_byte'])} ({ceilings['dtype']}, ceilings from "

@@ -49,6 +49,7 @@ MATMUL_DOMINANT = 0.80  # share of the FLOPs in matmul-family ops that keeps a c
 MATMUL_MIN_INTENSITY = 2.0  # FLOP/B; below it a matmul-heavy call is matrix-vector (memory-side) work
 READ_ONCE_SLACK = 1.05  # bytes within 5% of the working set: every byte moved once
 SHORT_OP_US = {"cuda": 10.0, "cpu": 20.0}
+NEAR_ROOF = 0.80  # of the applicable ceiling: little is left to gain in the function itself
 
 BYTES_METHOD = ("estimate: distinct storage bytes each op reads and writes (views 0, broadcast "
                 "dims once); no cache reuse, fused kernels over-counted, GEMM tiling re-reads not "
@@ -247,6 +248,15 @@ def work_regime(device: str, flops: float, bytes_: float, seconds: float, ceilin
         if nearest_roof(attained(flops, bytes_, seconds, ceilings)) < latency_fraction(device):
             return "latency-bound"
     return roofline_regime(flops, bytes_, ceilings)
+
+
+def roof_fraction(regime: str, got: Attained) -> Optional[float]:
+    """The attained fraction of the ceiling that binds `regime` (None: no roof binds it)."""
+    if regime == "compute-bound":
+        return got.flops_fraction
+    if regime == "memory-bound":
+        return got.bandwidth_fraction
+    return None
 
 
 def reads_once(bytes_: float, working_set_bytes: Optional[float]) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from perflsp.runtime import analysis, datasheet, env
+from perflsp.runtime.arguments import describe_arguments
 from perflsp.runtime.channel import NullReporter, Reporter
 from perflsp.runtime.profiling import Attribution, CleanProfile, run_attribution, run_clean_profile
 from perflsp.runtime.timing import TimingOptions, percentile, summarize, timed_calls, warm_up
@@ -146,7 +147,8 @@ def profile_function(fn: Callable[..., Any], args: tuple = (), kwargs: Optional[
     timing = timing or TimingOptions()
     target = analysis.target_block(f"{source}:{qualname}", fn.__module__, qualname, source)
     settings = analysis.settings_block(inputs="setup", setup=None, run_command=None, stop_program=True,
-                                       timing=timing, timeout_s=None, device=device)
+                                       timing=timing, timeout_s=None, device=device,
+                                       arguments=describe_arguments(args, kwargs))
     ctx = Context(device=device, peaks=peaks, peaks_source=peaks_source, target=target, settings=settings,
                   source_file=str(source), top_lines=top_lines)
     return profile_call(lambda: fn(*args, **kwargs), ctx, MeasureOptions(timing=timing, top_lines=top_lines))

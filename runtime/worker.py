@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from perflsp.profile_result import EXIT_OK, exit_code_for, write_json_atomic
 from perflsp.runtime import analysis
+from perflsp.runtime.arguments import describe_arguments
 from perflsp.runtime.channel import Reporter
 from perflsp.runtime.program import StopProgram
 from perflsp.runtime.targets import (SpecSyntaxError, TargetError, TargetSpec, UsageError, check_exists,
@@ -287,6 +288,7 @@ def _profile(job: Job, target: TargetSpec, base: Dict[str, Any]) -> int:
                                            analysis.code_qualname_of(fn))
     reporter.phase("setup")
     args, kwargs = normalize_inputs(setup_fn())
+    base["settings"]["arguments"] = describe_arguments(args, kwargs)
     call = lambda: fn(*args, **kwargs)  # noqa: E731
     notes: List[str] = []
     if requested == "auto" and device == "cuda":
@@ -364,7 +366,7 @@ def _profile_program(job: Job, target: TargetSpec, base: Dict[str, Any], command
         if ps.timed < ps.wanted:
             notes.append(f"the program ended after {ps.timed} timed calls (wanted {ps.wanted}): run it for more steps")
         ctx = session.Context(device=ps.device, peaks=measured_peaks, peaks_source=peaks_source, target=target_info,
-                              settings=base["settings"], source_file=str(source) if source else "",
+                              settings=dict(base["settings"], arguments=ps.arguments), source_file=str(source) if source else "",
                               top_lines=int(d.get("top_lines") or 10), notes=notes,
                               requested_device=d.get("device", "auto"))
         measured = session.Measurement(ps.warmup_s, ps.samples_s(), ps.timer.clock, ps.clean, ps.attribution)
