@@ -129,6 +129,7 @@ class LineStats:
     op_names: Counter = field(default_factory=Counter)
     transfer_us: float = 0.0  # copies between host and device, and CPU ops in a GPU function
     has_transfer: bool = False
+    calls_us: List[float] = field(default_factory=list)  # CPU: the line's host time in each profiled call
 
 
 @dataclass
@@ -172,7 +173,11 @@ def _is_cpu_fallback(record: OpRecord, device: str) -> bool:
     return device == "cuda" and record.device == "cpu" and not record.transfer
 
 
-def _line_stats(records: List[OpRecord], timings: Dict[int, RangeTiming], device: str) -> Dict[int, LineStats]:
+def _line_stats(records: List[OpRecord], timings: Dict[int, RangeTiming], device: str,
+                calls_us: List[Dict[int, float]]) -> Dict[int, LineStats]:
+    """Per line: the ops' figures summed; on a CPU the host time is the median over the profiled
+    calls of the line's time in each call (`calls_us`), so one preempted call cannot make a line
+    dominate."""
     stats: Dict[int, LineStats] = {}
     for r in records:
         if r.line is None:
@@ -192,6 +197,16 @@ def _line_stats(records: List[OpRecord], timings: Dict[int, RangeTiming], device
         if r.transfer or _is_cpu_fallback(r, device):
             s.has_transfer = True
             s.transfer_us += t.device_us if r.transfer else t.cpu_us
+    for call in calls_us:
+        per_line: Dict[int, float] = defaultdict(float)
+        for r in records:
+            if r.line is not None:
+                per_line[r.line] += call.get(r.index, 0.0)
+        for line, s in stats.items():
+            s.calls_us.append(per_line[line])
+    for s in stats.values():
+        if s.calls_us:
+            s.cpu_us = percentile(sorted(s.calls_us), 0.5)
     return stats
 
 
@@ -247,33 +262,56 @@ def _syncs(records: List[OpRecord], timings: Dict[int, RangeTiming], device: str
     return out
 
 
-def _calibrated(timings: Dict[int, RangeTiming], clean: CleanProfile, median_us: float) -> Dict[int, RangeTiming]:
-    """Host times from the attribution pass, in the units of a real (timed) call.
+def _host_scale(timings: Dict[int, RangeTiming], clean: CleanProfile, median_us: float) -> float:
+    """The factor that puts host times from the attribution pass in the units of a real (timed) call.
 
     Under the dispatch mode every op runs 2-3x slower on the host (cache and branch-predictor
-    pollution from the Python in between): scale to the clean pass's total op time. The clean
-    pass itself runs under the profiler (~1-3 µs per op): scale its share of the call onto the
-    timed median. Proportions between lines are kept. Device times are left alone: kernels do
-    not slow down because the host does.
+    pollution from the Python in between): the lines' total is scaled to the part of a timed
+    call spent inside ops, the timed median times the clean pass's share of its call inside ops
+    (that pass runs under the profiler, ~1-3 µs per op, so its absolute times are not used).
+    Proportions between lines are kept. Device times are left alone: kernels do not slow down
+    because the host does.
     """
     attributed = sum(t.cpu_us for t in timings.values())
-    if attributed <= 0 or clean.op_time_us <= 0:
-        return timings
-    scale = min(1.0, clean.op_time_us / attributed)
-    if clean.wall_us > 0:
-        scale *= min(1.0, median_us / clean.wall_us)
-    return {i: RangeTiming(t.cpu_us * scale, t.device_us, t.blocked_us) for i, t in timings.items()}
+    if attributed <= 0 or clean.op_time_us <= 0 or clean.wall_us <= 0:
+        return 1.0
+    # A ratio of the clean pass's own times: a preempted (slow) clean pass cannot shrink the lines.
+    return min(1.0, median_us * min(1.0, clean.op_time_us / clean.wall_us) / attributed)
 
 
 NOISY_SPREAD = 2.0  # p90 / p10 above this: the calls did not take the same time
+# Others' load (1-minute average when measuring began) at least this far above the cores our
+# threads leave free: other work competed for our cores (docs/profiling.md, "A busy machine").
+BUSY_LOAD = 0.75
 
 
-def _timing_notes(timing: Dict[str, Any]) -> List[str]:
-    if timing["calls"] >= 5 and timing["p10_us"] > 0 and timing["p90_us"] / timing["p10_us"] > NOISY_SPREAD:
-        return [f"the timed calls vary a lot (p90 = {timing['p90_us'] / timing['p10_us']:.1f} x p10): something else "
-                "competed for the machine, or the function's work varies between calls; figures from a busy "
-                "machine are unreliable"]
-    return []
+def _noise_notes(timing: Dict[str, Any], environment: Dict[str, Any], threads: int,
+                 lines: List[Dict[str, Any]]) -> List[str]:
+    """One note when the machine was busy (others' load when measuring began, see BUSY_LOAD) or
+    the timed calls spread widely: the figures behind it, and what that does to the verdict."""
+    load, cpus = environment.get("load_average_1m_before"), environment.get("cpu_count")
+    busy = load is not None and bool(cpus) and load >= BUSY_LOAD + max(0, cpus - threads)
+    spread = timing["p90_us"] / timing["p10_us"] if timing["calls"] >= 5 and timing["p10_us"] > 0 else None
+    noisy = spread is not None and spread > NOISY_SPREAD
+    if not busy and not noisy:
+        return []
+    figures = []
+    if busy:
+        figures.append(f"load average {load:.2f} on {cpus} CPUs when measuring began, with {threads} thread(s) of "
+                       "this process")
+    if spread is not None:
+        figures.append(f"the timed calls' p90 = {spread:.1f} x p10")
+    if lines and lines[0]["calls"] > 1:
+        top = lines[0]
+        figures.append(f"line {top['line']} took {units.duration_us(top['time_min_us'])}-"
+                       f"{units.duration_us(top['time_max_us'])} over {top['calls']} profiled calls")
+    cause = ("the machine was busy" if busy else
+             "the timed calls vary a lot: something else competed for the machine, or the function's work varies "
+             "between calls")
+    return [f"{cause} ({'; '.join(figures)}). Effect: times run slower and attained fractions lower than on a quiet "
+            "machine; the regime is judged on the fastest tenth of the timed calls and lines are ranked by their median "
+            "over the profiled calls, so neither should move with the load. Profile on a quiet machine for absolute "
+            "figures"]
 
 
 def _ceilings_notes(peaks: Dict[str, Any], source: str) -> List[str]:
@@ -380,7 +418,9 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
     records = inp.attribution.records
     clean = inp.clean
     median_us = inp.timing["median_us"]
-    timings = _calibrated(inp.attribution.timings, clean, median_us)
+    scale = _host_scale(inp.attribution.timings, clean, median_us)
+    timings = {i: RangeTiming(t.cpu_us * scale, t.device_us, t.blocked_us) for i, t in inp.attribution.timings.items()}
+    calls_us = [{i: us * scale for i, us in call.items()} for call in inp.attribution.calls_us]
 
     # Work on the measured device; CPU-side ops of a GPU function are judged separately.
     work = [r for r in records if r.device == device or r.transfer]
@@ -398,7 +438,7 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
     level = level_for(inp.peaks["levels"], working_set_bytes)
     ceilings = roofline.Ceilings(level["bandwidth_bytes_per_s"], peak_flops, ceiling_key, level["name"])
 
-    stats = _line_stats(records, timings, device)
+    stats = _line_stats(records, timings, device, calls_us)
     # Shares: of the timed call for host times (calibrated onto it above); of the profiled call
     # for device times and waits, which come from that pass unscaled.
     call_us = clean.wall_us if device == "cuda" and clean.wall_us > 0 else median_us
@@ -431,7 +471,7 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
         working_set_bytes=working_set_bytes,
     )
     verdict, got = roofline.classify(figures, ceilings)
-    verdict.notes = (list(inp.notes) + ceiling_notes + verdict.notes + _timing_notes(inp.timing)
+    verdict.notes = (list(inp.notes) + ceiling_notes + verdict.notes
                      + _ceilings_notes(inp.peaks, inp.peaks_source) + _level_notes(level, inp.peaks, working_set_bytes)
                      + _uncounted_notes(work))
 
@@ -443,6 +483,9 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
             "line": s.line,
             "code": _code(inp.source_file, s.line),
             "time_us": time_us,
+            "time_min_us": min(s.calls_us) if s.calls_us else time_us,
+            "time_max_us": max(s.calls_us) if s.calls_us else time_us,
+            "calls": len(s.calls_us) or 1,
             "device_time_us": s.device_us,
             "cpu_time_us": s.cpu_us,
             "blocked_us": s.blocked_us,
@@ -456,6 +499,7 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
             "top_ops": [name for name, _ in s.op_names.most_common(3)],
         })
     lines.sort(key=lambda l: -max(l["time_us"], l["blocked_us"]))
+    verdict.notes += _noise_notes(inp.timing, inp.environment, inp.device.get("threads") or 1, lines)
     near_roof = _near_roof(verdict.regime, got, ceilings, lines)
     if near_roof is not None:
         verdict.levers.insert(0, near_roof.pop("lever"))

@@ -398,17 +398,21 @@ def analyze_attribution_events(events: Iterable[Any]) -> Dict[int, RangeTiming]:
 @dataclass
 class Attribution:
     records: List[OpRecord]
-    timings: Dict[int, RangeTiming]
+    timings: Dict[int, RangeTiming]  # per op; on a CPU each op's median over the profiled calls
     wall_us: float  # the instrumented call's window (slower than a real call)
     working_set_bytes: float = 0.0  # distinct storage bytes one call touched
+    # CPU: each profiled call's host time per op index, for per-line medians and spreads
+    # (one call on a GPU, whose per-op device times do not depend on host noise).
+    calls_us: List[Dict[int, float]] = field(default_factory=list)
 
 
 def run_attribution(call: Callable[[], Any], target_file: str, device: str, n_calls: int = 1) -> Attribution:
     """Calls under the counting mode. On a GPU one call, each op in a range under the profiler
     (device time and sync waits per op: device times do not depend on host noise). On a CPU a
-    timer around each op, over `n_calls` calls, keeping each op's fastest time: contention only
-    ever adds time, so a preempted tiny op cannot outweigh the real work. The proportions are
-    what matters here; the totals are calibrated against the clean pass afterwards."""
+    timer around each op, over `n_calls` calls, keeping every call's times: each op's and each
+    line's figure is the median over the calls, so one preempted call (a 2-thread op can lose a
+    whole ~8 ms scheduler slice) moves neither the figures nor which line dominates. The
+    proportions are what matters here; the totals are calibrated against the clean pass afterwards."""
     if device != "cuda":
         passes, walls = [], []
         for _ in range(max(1, n_calls)):
@@ -422,8 +426,9 @@ def run_attribution(call: Callable[[], Any], target_file: str, device: str, n_ca
         records = passes[0]
         same_ops = all([r.name for r in p] == [r.name for r in records] for p in passes)
         usable = passes if same_ops else passes[:1]  # data-dependent control flow: first call only
-        timings = {r.index: RangeTiming(cpu_us=min(p[r.index].host_us for p in usable)) for r in records}
-        return Attribution(records, timings, _median(walls), working_set_bytes)
+        calls_us = [{r.index: r.host_us for r in p} for p in usable]
+        timings = {r.index: RangeTiming(cpu_us=_median([c[r.index] for c in calls_us])) for r in records}
+        return Attribution(records, timings, _median(walls), working_set_bytes, calls_us)
 
     from torch.autograd.profiler import record_function
 

@@ -259,6 +259,7 @@ class ProgramSession:
         self.wanted = 0
         self.attribution: Any = None
         self.arguments: Optional[List[str]] = None  # the measured calls' arguments, described
+        self.load_before_1m: Optional[float] = None  # the load average at the first call
         self.clean: Any = None
         self.source_file: Optional[str] = None
         self.function: Any = None
@@ -285,6 +286,9 @@ class ProgramSession:
 
         self.calls_seen += 1
         if self.function is None:
+            from perflsp.runtime.env import load_average_1m
+
+            self.load_before_1m = load_average_1m()
             self.function = fn
             code = getattr(fn, "__code__", None)
             self.source_file = os.path.realpath(code.co_filename) if code else None

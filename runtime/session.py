@@ -16,8 +16,11 @@ from perflsp.runtime.channel import NullReporter, Reporter
 from perflsp.runtime.profiling import Attribution, CleanProfile, run_attribution, run_clean_profile
 from perflsp.runtime.timing import TimingOptions, percentile, summarize, timed_calls, warm_up
 
-# Calls in the clean profiled pass: few, because turning a trace into Python objects costs
-# ~100 µs per event on a small machine.
+# Profiled calls, chosen by the timed median so that a call of median m >= 10 ms costs at most
+# 3 s + 20 m beyond the torch import (issue 11's bound; docs/profiling.md lists the counts). The
+# clean pass turns every trace event into a Python object (~100 µs each on a small machine): few
+# calls, one for long calls. The CPU attribution pass ranks the lines by their median over its
+# calls, so it never gets fewer than three.
 PROFILE_CALLS = 3
 PROFILE_CALLS_SHORT = 5  # for calls under SHORT_CALL_S
 SHORT_CALL_S = 0.02
@@ -37,18 +40,25 @@ class Measurement:
     clock: str
     clean: CleanProfile
     attribution: Attribution
+    load_before_1m: Optional[float] = None  # the load average when measuring began (others' work)
 
 
 def profile_calls_for(median_s: float) -> int:
-    """Several calls (their median survives a preempted call) unless calls are long."""
+    """Clean pass: several calls (their median survives a preempted call) unless calls are long."""
     if median_s >= LONG_CALL_S:
         return 1
+    return attribution_calls_for(median_s)
+
+
+def attribution_calls_for(median_s: float) -> int:
+    """Attribution pass: 5 calls under SHORT_CALL_S, else 3 (a median needs three)."""
     return PROFILE_CALLS_SHORT if median_s < SHORT_CALL_S else PROFILE_CALLS
 
 
 def measure(call: Callable[[], Any], device: str, source_file: str, options: MeasureOptions,
             reporter: Reporter) -> Measurement:
     """The four phases, in the order that keeps instrumentation out of the timing."""
+    load_before = env.load_average_1m()
     reporter.phase("warm-up")
     warm = warm_up(call, device, options.timing, on_call=lambda n: reporter.progress(n, None))
     window = f"{options.timing.iters} calls" if options.timing.iters else f"about {options.timing.min_time_s:g} s"
@@ -58,12 +68,11 @@ def measure(call: Callable[[], Any], device: str, source_file: str, options: Mea
     reporter.progress(len(samples), len(samples), force=True)
     median_s = percentile(sorted(samples), 0.5)
     reporter.phase("profile")
-    calls = profile_calls_for(median_s)
-    clean = run_clean_profile(call, calls, device)
+    clean = run_clean_profile(call, profile_calls_for(median_s), device)
     reporter.phase("attribution")
-    attribution = run_attribution(call, source_file, device, calls)
+    attribution = run_attribution(call, source_file, device, attribution_calls_for(median_s))
     clock = "cuda-events" if device == "cuda" else "perf_counter"
-    return Measurement(warm, samples, clock, clean, attribution)
+    return Measurement(warm, samples, clock, clean, attribution, load_before)
 
 
 def tf32_enabled() -> bool:
@@ -116,7 +125,7 @@ def result_from(measured: Measurement, ctx: Context, program: Optional[Dict[str,
         timing=summarize(measured.samples_s, measured.clock, len(measured.warmup_s)),
         clean=measured.clean,
         attribution=measured.attribution,
-        environment=env.environment(),
+        environment=dict(env.environment(), load_average_1m_before=measured.load_before_1m),
         source_file=ctx.source_file,
         tf32_enabled=ctx.device == "cuda" and tf32_enabled(),
         notes=device_notes(ctx.device, ctx.requested_device) + ctx.notes,

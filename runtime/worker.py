@@ -369,7 +369,8 @@ def _profile_program(job: Job, target: TargetSpec, base: Dict[str, Any], command
                               settings=dict(base["settings"], arguments=ps.arguments), source_file=str(source) if source else "",
                               top_lines=int(d.get("top_lines") or 10), notes=notes,
                               requested_device=d.get("device", "auto"))
-        measured = session.Measurement(ps.warmup_s, ps.samples_s(), ps.timer.clock, ps.clean, ps.attribution)
+        measured = session.Measurement(ps.warmup_s, ps.samples_s(), ps.timer.clock, ps.clean, ps.attribution,
+                                       ps.load_before_1m)
         job.reporter.phase("analysis")
         job.write(session.result_from(measured, ctx, {"command": command, "calls_seen": ps.calls_seen,
                                                        "stopped_early": stopped_early and stop}))

@@ -119,14 +119,26 @@ def test_line_regimes():
     assert line("cpu", 2e8, 1e6, [2.0, 2.0, 5000.0], 0.0, 5004.0, False, CPU) == "compute-bound"
 
 
-def test_noisy_timing_is_flagged():
-    from perflsp.runtime.analysis import _timing_notes
+def test_noise_and_load_are_stated_with_their_effect():
+    from perflsp.runtime.analysis import _noise_notes
 
     steady = {"calls": 100, "p10_us": 100.0, "p90_us": 120.0}
     noisy = {"calls": 100, "p10_us": 100.0, "p90_us": 900.0}
-    assert _timing_notes(steady) == []
-    assert "p90 = 9.0 x p10" in _timing_notes(noisy)[0]
-    assert _timing_notes(dict(noisy, calls=3)) == []  # too few calls to judge
+    quiet = {"load_average_1m_before": 0.3, "cpu_count": 2}
+    loaded = {"load_average_1m_before": 2.5, "cpu_count": 2}
+    line = {"line": 7, "calls": 5, "time_min_us": 80.0, "time_max_us": 120.0}
+    assert _noise_notes(steady, quiet, 2, [line]) == []
+    [note] = _noise_notes(noisy, quiet, 2, [line])
+    assert note.startswith("the timed calls vary a lot") and "p90 = 9.0 x p10" in note
+    assert "line 7 took 80 µs-120 µs over 5 profiled calls" in note and "Effect: " in note
+    assert _noise_notes(dict(noisy, calls=3), quiet, 2, []) == []  # too few calls to judge
+    [note] = _noise_notes(steady, loaded, 2, [line])
+    assert note.startswith("the machine was busy (load average 2.50 on 2 CPUs when measuring began, with 2 thread")
+    assert "p90 = 1.2 x p10" in note
+    assert "fastest tenth" in note and "median over the profiled calls" in note
+    # a load that leaves our threads their cores is not a busy machine
+    assert _noise_notes(steady, {"load_average_1m_before": 2.5, "cpu_count": 16}, 4, [line]) == []
+    assert _noise_notes(steady, {"load_average_1m_before": None, "cpu_count": 2}, 2, [line]) == []
 
 
 # --- latency-bound, matmul-dominated calls, read-once traffic --------------------------------------
