@@ -43,7 +43,6 @@ SYNC_BLOCKED_SHARE = 0.20
 SYNC_IDLE_SHARE = 0.20
 TRANSFER_SHARE = 0.20
 OVERHEAD_SHARE = 0.50
-OVER_CEILING = 1.10  # attained above this fraction of a ceiling means a counting error
 LATENCY_FRACTION = {"cuda": 0.20, "cpu": 0.10}  # neither roof reaches this: latency-bound (see above)
 MATMUL_DOMINANT = 0.80  # share of the FLOPs in matmul-family ops that keeps a call on the compute side
 MATMUL_MIN_INTENSITY = 2.0  # FLOP/B; below it a matmul-heavy call is matrix-vector (memory-side) work
@@ -259,6 +258,19 @@ def roof_fraction(regime: str, got: Attained) -> Optional[float]:
     return None
 
 
+def over_ceiling_notes(got: Attained, ceilings: Ceilings) -> List[str]:
+    """Every attained fraction above 1, whatever the regime, with its possible reasons: no figure
+    above its ceiling goes without one."""
+    notes = []
+    for fraction, ceiling in ((got.flops_fraction, f"the measured {ceilings.dtype_key} compute peak"),
+                              (got.bandwidth_fraction, f"the measured {ceilings.level} bandwidth")):
+        if fraction is not None and fraction > 1.0:
+            notes.append(f"attained {units.percent(fraction)} of {ceiling}, above the ceiling: the FLOP/byte count "
+                         "over-estimates (reuse within a smaller cache level, fused kernels), or the ceiling was "
+                         "measured under load or is a few percent off (its spread); re-measure with `perflsp peaks`")
+    return notes
+
+
 def reads_once(bytes_: float, working_set_bytes: Optional[float]) -> bool:
     return bool(working_set_bytes) and bytes_ <= READ_ONCE_SLACK * working_set_bytes
 
@@ -345,12 +357,6 @@ def classify(fig: CallFigures, ceilings: Ceilings) -> Tuple[Verdict, Attained]:
                 notes.append(f"intensity {units.intensity(ai)} is below the ridge ({units.intensity(ridge)}) of these "
                              "ceilings, but a matmul-dominated call is judged on the compute roof: its verdict does "
                              "not hang on how high the last `perflsp peaks` put the ridge")
-        fraction = (got.bandwidth_fraction if regime == "memory-bound" else
-                    got.flops_fraction if regime == "compute-bound" else None)
-        if fraction is not None and fraction > OVER_CEILING:
-            notes.append(f"attained {units.percent(fraction)} of the measured ceiling ({ceilings.level} bandwidth for "
-                         "memory): the FLOP/byte count over-estimates (reuse within a smaller cache level, fused "
-                         "kernels) or the ceiling was measured under load; re-measure with `perflsp peaks`")
         if regime == "compute-bound" and got.flops_fraction is not None and got.flops_fraction < limit:
             notes.append(f"the matmuls reach {units.percent(got.flops_fraction)} of the {ceilings.dtype_key} peak: "
                          "too small (or too few) to keep the device busy")
@@ -359,6 +365,7 @@ def classify(fig: CallFigures, ceilings: Ceilings) -> Tuple[Verdict, Attained]:
                          f"{units.byte_count(fig.working_set_bytes)} working set): there are no intermediates to "
                          "fuse or copies to avoid")
 
+    notes += over_ceiling_notes(got, ceilings)
     levers = list(LEVERS[(regime, levers_key_device)])
     if regime == "memory-bound" and reads_once(fig.bytes, fig.working_set_bytes):
         levers = list(READ_ONCE_LEVERS[levers_key_device])

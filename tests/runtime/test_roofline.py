@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from perflsp import units
 from perflsp.profile_result import REGIMES
 from perflsp.runtime import roofline
 from perflsp.runtime.roofline import CallFigures, Ceilings, Site
@@ -95,6 +96,12 @@ def test_no_counted_work_is_not_called_memory_bound():
 def test_counting_error_and_low_efficiency_notes():
     over = figures(device="cpu", flops=1e8, bytes=1e9, median_us=50000.0)  # 20 GB/s on a 10 GB/s ceiling
     assert any("over-estimates" in n for n in roofline.classify(over, CPU)[0].notes)
+    # just above the ceiling, on the side that does not bind, in a regime that is not a roof's
+    slightly = figures(device="cpu", flops=1e8, bytes=1.05e9, median_us=100000.0, overhead_fraction=0.9)
+    verdict, got = roofline.classify(slightly, CPU)
+    assert verdict.regime == "overhead-bound" and 1.0 < got.bandwidth_fraction < 1.1
+    [note] = [n for n in verdict.notes if "above the ceiling" in n]
+    assert note.startswith(f"attained {units.percent(got.bandwidth_fraction)} of the measured DRAM bandwidth")
     tiny_kernel = figures(flops=1e6, bytes=4e6, median_us=1000.0)  # 4 GB/s on a 4.3 TB/s GPU
     assert roofline.classify(tiny_kernel, H200_BF16)[0].regime == "latency-bound"
 
