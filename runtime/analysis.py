@@ -265,18 +265,19 @@ def _syncs(records: List[OpRecord], timings: Dict[int, RangeTiming], device: str
 def _host_scale(timings: Dict[int, RangeTiming], clean: CleanProfile, median_us: float) -> float:
     """The factor that puts host times from the attribution pass in the units of a real (timed) call.
 
-    Under the dispatch mode every op runs 2-3x slower on the host (cache and branch-predictor
-    pollution from the Python in between): the lines' total is scaled to the part of a timed
-    call spent inside ops, the timed median times the clean pass's share of its call inside ops
-    (that pass runs under the profiler, ~1-3 µs per op, so its absolute times are not used).
-    Proportions between lines are kept. Device times are left alone: kernels do not slow down
-    because the host does.
+    The lines' total is scaled to the part of a timed call spent inside ops: the timed median
+    times the clean pass's share of its call inside ops (that pass runs under the profiler, ~1-3
+    µs per op, so its absolute times are not used, and a ratio of its own times survives a
+    preempted pass). Usually that scales down: under the dispatch mode every op runs 2-3x slower
+    on the host (cache and branch-predictor pollution from the Python in between). It scales up
+    when the attribution calls ran in a quieter moment than the timed calls, on a machine whose
+    load comes and goes. Proportions between lines are kept. Device times are left alone:
+    kernels do not slow down because the host does.
     """
     attributed = sum(t.cpu_us for t in timings.values())
     if attributed <= 0 or clean.op_time_us <= 0 or clean.wall_us <= 0:
         return 1.0
-    # A ratio of the clean pass's own times: a preempted (slow) clean pass cannot shrink the lines.
-    return min(1.0, median_us * min(1.0, clean.op_time_us / clean.wall_us) / attributed)
+    return median_us * min(1.0, clean.op_time_us / clean.wall_us) / attributed
 
 
 NOISY_SPREAD = 2.0  # p90 / p10 above this: the calls did not take the same time

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -414,7 +414,7 @@ def run_attribution(call: Callable[[], Any], target_file: str, device: str, n_ca
     whole ~8 ms scheduler slice) moves neither the figures nor which line dominates. The
     proportions are what matters here; the totals are calibrated against the clean pass afterwards."""
     if device != "cuda":
-        passes, walls = [], []
+        passes, walls, working_sets = [], [], []
         for _ in range(max(1, n_calls)):
             counter = OpCounter(target_file, ranges=False, time_ops=True)
             started = time.perf_counter()
@@ -422,13 +422,19 @@ def run_attribution(call: Callable[[], Any], target_file: str, device: str, n_ca
                 call()
             walls.append((time.perf_counter() - started) * 1e6)
             passes.append(counter.records)
-            working_set_bytes = counter.working_set_bytes
-        records = passes[0]
-        same_ops = all([r.name for r in p] == [r.name for r in records] for p in passes)
+            working_sets.append(counter.working_set_bytes)
+        first = passes[0]
+        same_ops = all([r.name for r in p] == [r.name for r in first] for p in passes)
         usable = passes if same_ops else passes[:1]  # data-dependent control flow: first call only
+        # The work too is each op's median: a call whose sizes vary (one batch in three larger)
+        # is described by its typical call, whichever call came first.
+        records = [replace(r, **{key: round(_median([getattr(p[r.index], key) for p in usable]))
+                                 for key in ("flops", "bytes_read", "bytes_written")})
+                   for r in first]
         calls_us = [{r.index: r.host_us for r in p} for p in usable]
         timings = {r.index: RangeTiming(cpu_us=_median([c[r.index] for c in calls_us])) for r in records}
-        return Attribution(records, timings, _median(walls), working_set_bytes, calls_us)
+        working_set = _median(working_sets[:len(usable)])
+        return Attribution(records, timings, _median(walls), working_set, calls_us)
 
     from torch.autograd.profiler import record_function
 
