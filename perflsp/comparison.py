@@ -47,6 +47,15 @@ def _device_identity(result: Mapping[str, Any]) -> Optional[tuple]:
     return tuple(device.get(key) for key in DEVICE_KEYS)
 
 
+def _inputs(result: Mapping[str, Any]) -> Optional[tuple]:
+    """What the calls were given: the arguments, and warm or cold cache (`--cold-cache`; results
+    from before the option were warm)."""
+    arguments = _get(result, "settings", "arguments")
+    if not isinstance(arguments, list):
+        return None
+    return tuple(arguments), _get(result, "settings", "cache") or "warm"
+
+
 def _number(value: Any) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
@@ -68,7 +77,7 @@ def compare(result: Mapping[str, Any], previous: Optional[Mapping[str, Any]]) ->
         "previous_regime": _get(previous, "verdict", "regime"),
         "source_changed": _changed(_get(result, "target", "source_sha256"), _get(previous, "target", "source_sha256")),
         "ceilings_changed": _changed(_get(result, "ceilings", "id"), _get(previous, "ceilings", "id")),
-        "inputs_changed": _changed(_get(result, "settings", "arguments"), _get(previous, "settings", "arguments")),
+        "inputs_changed": _changed(_inputs(result), _inputs(previous)),
         "device_changed": _changed(_device_identity(result), _device_identity(previous)),
         "notes": notes,
     }
@@ -84,7 +93,7 @@ def compare(result: Mapping[str, Any], previous: Optional[Mapping[str, Any]]) ->
                      f"{', '.join(missing)}: what depends on them is unknown")
     if block["inputs_changed"]:
         notes.append(f"the inputs changed ({_arguments_text(previous)} → {_arguments_text(result)}): the time moved "
-                     "with the work, so it is no speedup")
+                     "with them, not with the code, so it is no speedup")
     if block["device_changed"]:
         notes.append("measured on another device (or thread count): the times are not comparable")
     comparable = block["inputs_changed"] is False and block["device_changed"] is False
@@ -104,8 +113,8 @@ def _apart(result: Mapping[str, Any], previous: Mapping[str, Any]) -> Optional[b
 
 
 def _arguments_text(result: Mapping[str, Any]) -> str:
-    arguments = _get(result, "settings", "arguments")
-    return ", ".join(arguments) if isinstance(arguments, list) and arguments else "no arguments"
+    arguments, cache = _inputs(result) or ((), "warm")
+    return (", ".join(arguments) if arguments else "no arguments") + (", cold cache" if cache == "cold" else "")
 
 
 def since(created_at: str, now: Optional[datetime.datetime] = None) -> str:

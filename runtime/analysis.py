@@ -99,7 +99,7 @@ def code_qualname_of(fn: Any) -> Optional[str]:
 
 def settings_block(*, inputs: Optional[str], setup: Optional[str], run_command: Optional[str], stop_program: bool,
                    timing: Any, timeout_s: Optional[float], device: str,
-                   arguments: Optional[List[str]] = None) -> Dict[str, Any]:
+                   arguments: Optional[List[str]] = None, cold_cache: bool = False) -> Dict[str, Any]:
     """`arguments`: the call's arguments described (`arguments.describe_arguments`), once known."""
     return {
         "inputs": inputs,
@@ -112,6 +112,7 @@ def settings_block(*, inputs: Optional[str], setup: Optional[str], run_command: 
         "timeout_s": timeout_s,
         "device": device,
         "arguments": arguments,
+        "cache": "cold" if cold_cache else "warm",
     }
 
 
@@ -151,6 +152,7 @@ class Inputs:
     notes: List[str] = field(default_factory=list)
     top_lines: int = 10
     program: Optional[Dict[str, Any]] = None
+    cold_cache: bool = False  # each call read its inputs from main memory (`cold_cache.py`)
 
 
 def _dominant_dtype(records: List[OpRecord]) -> Optional[str]:
@@ -326,17 +328,21 @@ def _ceilings_notes(peaks: Dict[str, Any], source: str) -> List[str]:
     return notes
 
 
-def _level_notes(level: Dict[str, Any], peaks: Dict[str, Any], working_set_bytes: Optional[float]) -> List[str]:
+def _level_notes(level: Dict[str, Any], peaks: Dict[str, Any], working_set_bytes: Optional[float],
+                 cold_cache: bool) -> List[str]:
     """Which memory level the bandwidth ceiling is, and why: a figure above main memory's
-    bandwidth is no counting error when the data sits in a cache."""
-    if working_set_bytes is None:
+    bandwidth is no counting error when the data sits in a cache. (With a cold cache the note
+    on the copies says it.)"""
+    if working_set_bytes is None or cold_cache:
         return []
     main = peaks["levels"][-1]
     text = (f"working set {units.byte_count(working_set_bytes)}: judged against the {level['name']} bandwidth, "
             f"{units.byte_rate(level['bandwidth_bytes_per_s'])} (measured for "
             f"{units.byte_count(level['from_bytes'])}-{units.byte_count(level['to_bytes'])} working sets)")
     if level is not main:
-        text += f", not {main['name']}'s {units.byte_rate(main['bandwidth_bytes_per_s'])}: the data stays in {level['name']}"
+        text += (f", not {main['name']}'s {units.byte_rate(main['bandwidth_bytes_per_s'])}: the data stays in "
+                 f"{level['name']} (a warm cache: every call reused the same inputs; `--cold-cache` rotates copies of "
+                 "them)")
     if working_set_bytes < level["from_bytes"]:
         text += "; smaller than any measured plateau, so each op's fixed dispatch cost weighs on it"
     return [text]
@@ -436,7 +442,7 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
 
     ceiling_key, peak_flops, ceiling_notes = ceiling_for(inp.peaks, dtype, inp.tf32_enabled)
     working_set_bytes = inp.attribution.working_set_bytes or None
-    level = level_for(inp.peaks["levels"], working_set_bytes)
+    level = inp.peaks["levels"][-1] if inp.cold_cache else level_for(inp.peaks["levels"], working_set_bytes)
     ceilings = roofline.Ceilings(level["bandwidth_bytes_per_s"], peak_flops, ceiling_key, level["name"])
 
     stats = _line_stats(records, timings, device, calls_us)
@@ -473,7 +479,7 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
     )
     verdict, got = roofline.classify(figures, ceilings)
     verdict.notes = (list(inp.notes) + ceiling_notes + verdict.notes
-                     + _ceilings_notes(inp.peaks, inp.peaks_source) + _level_notes(level, inp.peaks, working_set_bytes)
+                     + _ceilings_notes(inp.peaks, inp.peaks_source) + _level_notes(level, inp.peaks, working_set_bytes, inp.cold_cache)
                      + _uncounted_notes(work))
 
     lines = []

@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--timeout", type=_positive_float, metavar="S",
                          help="kill the run after this long (default: [tool.perflsp] profile-timeout, 300 s)")
     measure.add_argument("--refresh-peaks", action="store_true", help="re-measure the device ceilings first")
+    measure.add_argument("--cold-cache", action="store_true",
+                         help="give each call the next of enough copies of its inputs that they come from main "
+                              "memory, not from a cache (setup or marker inputs only)")
     output = profile.add_argument_group("output")
     output.add_argument("--json", metavar="PATH", help="also write the result here ('-': print it instead of the table)")
     output.add_argument("--plot", metavar="PATH", help="roofline plot: .png/.svg/.pdf (matplotlib: the plot extra) or "
@@ -151,7 +154,7 @@ def profile_command(args: argparse.Namespace) -> int:
     base = analysis.new_result(
         analysis.target_block(target.spec, target.module, target.qualname, target.file),
         analysis.settings_block(inputs=None, setup=args.setup, run_command=run_command, stop_program=not args.no_stop,
-                                timing=timing, timeout_s=timeout_s, device=args.device))
+                                timing=timing, timeout_s=timeout_s, device=args.device, cold_cache=args.cold_cache))
 
     try:  # a missing file or name, or an unusable --run, needs no child process: answer at once
         check_exists(target)
@@ -172,6 +175,7 @@ def profile_command(args: argparse.Namespace) -> int:
         "command": "profile", "target": args.target, "cwd": str(cwd), "setup": args.setup, "run": run_command,
         "stop_program": not args.no_stop, "warmup": args.warmup, "iters": args.iters, "min_time_s": args.min_time,
         "timeout_s": timeout_s, "device": args.device, "refresh_peaks": args.refresh_peaks, "top_lines": args.top,
+        "cold_cache": args.cold_cache,
         "workspace": str(workspace),
     }
     try:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Optional
 from perflsp.runtime import analysis, datasheet, env
 from perflsp.runtime.arguments import describe_arguments
 from perflsp.runtime.channel import NullReporter, Reporter
+from perflsp.runtime.cold_cache import rotating_call
 from perflsp.runtime.profiling import Attribution, CleanProfile, run_attribution, run_clean_profile
 from perflsp.runtime.timing import TimingOptions, percentile, summarize, timed_calls, warm_up
 
@@ -111,6 +112,7 @@ class Context:
     top_lines: int = 10
     notes: List[str] = field(default_factory=list)
     requested_device: str = "auto"
+    cold_cache: bool = False
 
 
 def result_from(measured: Measurement, ctx: Context, program: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -131,6 +133,7 @@ def result_from(measured: Measurement, ctx: Context, program: Optional[Dict[str,
         notes=device_notes(ctx.device, ctx.requested_device) + ctx.notes,
         top_lines=ctx.top_lines,
         program=program,
+        cold_cache=ctx.cold_cache,
     ))
 
 
@@ -147,7 +150,8 @@ def profile_call(call: Callable[[], Any], ctx: Context, options: Optional[Measur
 
 def profile_function(fn: Callable[..., Any], args: tuple = (), kwargs: Optional[Dict[str, Any]] = None, *,
                      device: str, peaks: Dict[str, Any], peaks_source: str = "cache",
-                     timing: Optional[TimingOptions] = None, top_lines: int = 10) -> Dict[str, Any]:
+                     timing: Optional[TimingOptions] = None, top_lines: int = 10,
+                     cold_cache: bool = False) -> Dict[str, Any]:
     """Convenience for tests and notebooks: profile `fn(*args, **kwargs)` in this process."""
     kwargs = kwargs or {}
     inner = inspect.unwrap(fn)
@@ -157,7 +161,11 @@ def profile_function(fn: Callable[..., Any], args: tuple = (), kwargs: Optional[
     target = analysis.target_block(f"{source}:{qualname}", fn.__module__, qualname, source)
     settings = analysis.settings_block(inputs="setup", setup=None, run_command=None, stop_program=True,
                                        timing=timing, timeout_s=None, device=device,
-                                       arguments=describe_arguments(args, kwargs))
+                                       arguments=describe_arguments(args, kwargs), cold_cache=cold_cache)
     ctx = Context(device=device, peaks=peaks, peaks_source=peaks_source, target=target, settings=settings,
-                  source_file=str(source), top_lines=top_lines)
-    return profile_call(lambda: fn(*args, **kwargs), ctx, MeasureOptions(timing=timing, top_lines=top_lines))
+                  source_file=str(source), top_lines=top_lines, cold_cache=cold_cache)
+    call = lambda: fn(*args, **kwargs)  # noqa: E731
+    if cold_cache:
+        call, note = rotating_call(fn, args, kwargs, peaks["levels"])
+        ctx.notes.append(note)
+    return profile_call(call, ctx, MeasureOptions(timing=timing, top_lines=top_lines))

@@ -142,7 +142,8 @@ class Job:
         d = self.data
         return analysis.settings_block(inputs=inputs, setup=d.get("setup"), run_command=d.get("run"),
                                        stop_program=bool(d.get("stop_program", True)), timing=options,
-                                       timeout_s=d.get("timeout_s"), device=d.get("device", "auto"))
+                                       timeout_s=d.get("timeout_s"), device=d.get("device", "auto"),
+                                       cold_cache=bool(d.get("cold_cache")))
 
     def write(self, result: Dict[str, Any]) -> None:
         write_json_atomic(self.data["result"], result)
@@ -298,9 +299,16 @@ def _profile(job: Job, target: TargetSpec, base: Dict[str, Any]) -> int:
             notes.append(CPU_CODE_NOTE)
             base["device"] = env.describe_device(device)
     measured_peaks, peaks_source = _ceilings(job, device)
+    if d.get("cold_cache"):
+        from perflsp.runtime.cold_cache import rotating_call
+
+        reporter.phase("setup", "copies of the inputs for --cold-cache")
+        call, note = rotating_call(fn, args, kwargs, measured_peaks["levels"])
+        notes.append(note)
     ctx = session.Context(device=device, peaks=measured_peaks, peaks_source=peaks_source, target=base["target"],
                           settings=base["settings"], source_file=source_file,
-                          top_lines=int(d.get("top_lines") or 10), notes=notes, requested_device=requested)
+                          top_lines=int(d.get("top_lines") or 10), notes=notes, requested_device=requested,
+                          cold_cache=bool(d.get("cold_cache")))
     result = session.profile_call(call, ctx, session.MeasureOptions(timing=options, top_lines=ctx.top_lines), reporter)
     job.write(result)
     return EXIT_OK
@@ -351,6 +359,9 @@ def _profile_program(job: Job, target: TargetSpec, base: Dict[str, Any], command
     from perflsp.runtime import program, session
 
     d = job.data
+    if d.get("cold_cache"):
+        raise UsageError("--cold-cache needs inputs from --setup or the @perflsp.profile marker: a program's real "
+                         "calls bring their own inputs")
     options = job.timing_options()
     stop = bool(d.get("stop_program", True))
     base["settings"] = job.settings("run", options)
