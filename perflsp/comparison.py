@@ -159,7 +159,7 @@ def describe(result: Mapping[str, Any]) -> Optional[str]:
         text += "; not a speedup: the inputs changed"
     elif block.get("device_changed"):
         text += "; not comparable: another device"
-    elif not change:
+    elif block.get("inputs_changed") is None or block.get("device_changed") is None:
         text += "; not comparable: the previous result does not say which inputs or device it used"
     elif block.get("source_changed") is False:
         text += "; same code"

@@ -502,7 +502,8 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
             "bytes": s.bytes,
             "intensity_flop_per_byte": roofline.intensity(s.flops, s.bytes),
             "regime": roofline.classify_line(device, s.flops, s.bytes, s.op_times_us, s.blocked_us, time_us,
-                                             s.has_transfer, ceilings, s.matmul_flops),
+                                             s.has_transfer, ceilings, s.matmul_flops,
+                                             min(s.calls_us) if s.calls_us else None),
             "top_ops": [name for name, _ in s.op_names.most_common(3)],
         })
     lines.sort(key=lambda l: -max(l["time_us"], l["blocked_us"]))

@@ -379,10 +379,12 @@ def classify(fig: CallFigures, ceilings: Ceilings) -> Tuple[Verdict, Attained]:
 
 def classify_line(device: str, flops: float, bytes_: float, op_times_us: List[float],
                   blocked_us: float, time_us: float, transfer: bool, ceilings: Ceilings,
-                  matmul_flops: float = 0.0) -> str:
+                  matmul_flops: float = 0.0, fastest_us: Optional[float] = None) -> str:
     """The regime of one source line, from its own ops. A line is overhead-bound when most of
     its time is in short ops (a view next to a big matmul does not make it so); else the same
-    compute / latency / roofline order as the call, on the line's own time."""
+    compute / latency / roofline order as the call, on the line's own time: its fastest profiled
+    call (`fastest_us`) for the latency test, as the call's verdict uses its fastest tenth, so
+    that load does not push a line there."""
     if device == "cuda" and blocked_us > 0 and blocked_us >= time_us:
         return "sync-bound"
     if device == "cuda" and transfer:
@@ -391,4 +393,4 @@ def classify_line(device: str, flops: float, bytes_: float, op_times_us: List[fl
     total = sum(op_times_us)
     if total > 0 and sum(t for t in op_times_us if t < short) >= OVERHEAD_SHARE * total:
         return "overhead-bound"
-    return work_regime(device, flops, bytes_, time_us / 1e6, ceilings, matmul_flops)
+    return work_regime(device, flops, bytes_, (fastest_us or time_us) / 1e6, ceilings, matmul_flops)

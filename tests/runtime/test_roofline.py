@@ -121,6 +121,10 @@ def test_line_regimes():
     assert line("cpu", 2e8, 1e6, [5000.0], 0.0, 5000.0, False, CPU) == "compute-bound"
     assert line("cpu", 1e6, 1.2e7, [5000.0], 0.0, 5000.0, False, CPU) == "memory-bound"
     assert line("cpu", 0, 8e6, [900.0], 0.0, 900.0, False, CPU) == "memory-bound"  # a copy: AI 0
+    # 8 MB in 9 ms is 9% of 10 GB/s (latency-bound), but its fastest profiled call took 4 ms (20%):
+    # a line slowed by load is judged, like the call, on its fastest time
+    assert line("cpu", 0, 8e6, [9000.0], 0.0, 9000.0, False, CPU) == "latency-bound"
+    assert line("cpu", 0, 8e6, [9000.0], 0.0, 9000.0, False, CPU, fastest_us=4000.0) == "memory-bound"
     # `x.t() @ w.t()`: two views that take no time next to a big matmul
     assert line("cuda", 2e12, 1e8, [0.0, 0.0, 2600.0], 0.0, 2600.0, False, H200_BF16) == "compute-bound"
     assert line("cpu", 2e8, 1e6, [2.0, 2.0, 5000.0], 0.0, 5004.0, False, CPU) == "compute-bound"
