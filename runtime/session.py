@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from perflsp.runtime import analysis, datasheet, env
 from perflsp.runtime.arguments import describe_arguments
@@ -153,6 +153,17 @@ def profile_function(fn: Callable[..., Any], args: tuple = (), kwargs: Optional[
                      timing: Optional[TimingOptions] = None, top_lines: int = 10,
                      cold_cache: bool = False) -> Dict[str, Any]:
     """Convenience for tests and notebooks: profile `fn(*args, **kwargs)` in this process."""
+    ctx, call, options = function_context(fn, args, kwargs, device=device, peaks=peaks, peaks_source=peaks_source,
+                                          timing=timing, top_lines=top_lines, cold_cache=cold_cache)
+    return profile_call(call, ctx, options)
+
+
+def function_context(fn: Callable[..., Any], args: tuple = (), kwargs: Optional[Dict[str, Any]] = None, *,
+                     device: str, peaks: Dict[str, Any], peaks_source: str = "cache",
+                     timing: Optional[TimingOptions] = None, top_lines: int = 10,
+                     cold_cache: bool = False) -> Tuple[Context, Callable[[], Any], MeasureOptions]:
+    """What `profile_function` measures and judges with: the context, the zero-argument call and
+    the options (for judging one measurement against several ceilings: `measure`, `result_from`)."""
     kwargs = kwargs or {}
     inner = inspect.unwrap(fn)
     source = Path(inspect.getsourcefile(inner) or inner.__code__.co_filename).resolve()
@@ -168,4 +179,4 @@ def profile_function(fn: Callable[..., Any], args: tuple = (), kwargs: Optional[
     if cold_cache:
         call, note = rotating_call(fn, args, kwargs, peaks["levels"])
         ctx.notes.append(note)
-    return profile_call(call, ctx, MeasureOptions(timing=timing, top_lines=top_lines))
+    return ctx, call, MeasureOptions(timing=timing, top_lines=top_lines)
