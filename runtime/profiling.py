@@ -414,27 +414,7 @@ def run_attribution(call: Callable[[], Any], target_file: str, device: str, n_ca
     whole ~8 ms scheduler slice) moves neither the figures nor which line dominates. The
     proportions are what matters here; the totals are calibrated against the clean pass afterwards."""
     if device != "cuda":
-        passes, walls, working_sets = [], [], []
-        for _ in range(max(1, n_calls)):
-            counter = OpCounter(target_file, ranges=False, time_ops=True)
-            started = time.perf_counter()
-            with counter:
-                call()
-            walls.append((time.perf_counter() - started) * 1e6)
-            passes.append(counter.records)
-            working_sets.append(counter.working_set_bytes)
-        first = passes[0]
-        same_ops = all([r.name for r in p] == [r.name for r in first] for p in passes)
-        usable = passes if same_ops else passes[:1]  # data-dependent control flow: first call only
-        # The work too is each op's median: a call whose sizes vary (one batch in three larger)
-        # is described by its typical call, whichever call came first.
-        records = [replace(r, **{key: round(_median([getattr(p[r.index], key) for p in usable]))
-                                 for key in ("flops", "bytes_read", "bytes_written")})
-                   for r in first]
-        calls_us = [{r.index: r.host_us for r in p} for p in usable]
-        timings = {r.index: RangeTiming(cpu_us=_median([c[r.index] for c in calls_us])) for r in records}
-        working_set = _median(working_sets[:len(usable)])
-        return Attribution(records, timings, _median(walls), working_set, calls_us)
+        return merge_cpu_calls([attribute_cpu_call(call, target_file) for _ in range(max(1, n_calls))])
 
     from torch.autograd.profiler import record_function
 
@@ -451,6 +431,40 @@ def run_attribution(call: Callable[[], Any], target_file: str, device: str, n_ca
     windows = call_windows(events)
     return Attribution(counter.records, analyze_attribution_events(events), windows[0].length_us if windows else 0.0,
                        counter.working_set_bytes)
+
+
+@dataclass
+class AttributedCall:
+    """One CPU call under the counting mode, each op timed."""
+
+    records: List[OpRecord]
+    wall_us: float
+    working_set_bytes: float
+
+
+def attribute_cpu_call(call: Callable[[], Any], target_file: str) -> AttributedCall:
+    counter = OpCounter(target_file, ranges=False, time_ops=True)
+    started = time.perf_counter()
+    with counter:
+        call()
+    return AttributedCall(counter.records, (time.perf_counter() - started) * 1e6, counter.working_set_bytes)
+
+
+def merge_cpu_calls(calls: Sequence[AttributedCall]) -> Attribution:
+    """Several attributed calls as one: each op's time and work are its median over the calls
+    (the work too, so that a call whose sizes vary, one batch in three larger, is described by its
+    typical call whichever came first). Calls that ran other ops (data-dependent control flow)
+    cannot be matched op by op: then the first call alone."""
+    first = calls[0].records
+    same_ops = all([r.name for r in c.records] == [r.name for r in first] for c in calls)
+    usable = list(calls) if same_ops else list(calls[:1])
+    records = [replace(r, **{key: round(_median([getattr(c.records[r.index], key) for c in usable]))
+                             for key in ("flops", "bytes_read", "bytes_written")})
+               for r in first]
+    calls_us = [{r.index: r.host_us for r in c.records} for c in usable]
+    timings = {r.index: RangeTiming(cpu_us=_median([c[r.index] for c in calls_us])) for r in records}
+    return Attribution(records, timings, _median([c.wall_us for c in usable]),
+                       _median([c.working_set_bytes for c in usable]), calls_us)
 
 
 def median_or_none(values: Sequence[float]) -> Optional[float]:

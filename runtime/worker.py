@@ -414,9 +414,11 @@ def _profile_program(job: Job, target: TargetSpec, base: Dict[str, Any], command
     if ps.calls_seen == 0:
         return _fail(job, base, "not-called", f"the program {ended} without calling {target.qualname} "
                      f"({command})")
-    needed = options.warmup + 3
+    attributed = 1 if ps.device == "cuda" else program.ATTRIBUTION_CALLS
+    needed = options.warmup + attributed + 2
     return _fail(job, base, "not-called", f"the program {ended} after calling {target.qualname} {ps.calls_seen} "
-                 f"times; perflsp needs at least {needed} (warm-up, two profiled calls, one timed call): run "
+                 f"times; perflsp needs at least {needed} (warm-up, {attributed} attributed, one profiled and one "
+                 "timed call): run "
                  "more steps or lower --warmup")
 
 

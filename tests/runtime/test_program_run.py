@@ -50,6 +50,7 @@ def test_real_calls_are_measured_and_the_program_stopped(run_runtime, targets_di
     assert not marker.exists()  # the program never reached its end
     lines = {line["code"]: line for line in result["lines"]}
     assert lines["y = x @ w"]["flops"] == 2 * 32 * 64 * 64
+    assert {line["calls"] for line in result["lines"]} == {3}  # medians over three real calls
     assert result["verdict"]["regime"] in profile_result.REGIMES
 
 
