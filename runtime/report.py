@@ -151,11 +151,12 @@ def render_result(result: Dict[str, Any], written_to: Optional[str] = None) -> s
         out.append(_row("ops", f"{kernels['ops_per_call']:.0f} per call, median {units.duration_us(kernels['median_op_us'])}; "
                                f"{units.percent(kernels['busy_fraction'])} of the call inside ops"))
     if result["lines"]:
-        out.append(_row("lines", f"{'line':>5}  {'time':>9}  {'share':>5}  {'FLOPs':>9}  {'bytes':>9}  {'regime':<15} code"))
+        out.append(_row("lines", f"{'line':>5}  {'time':>9}  {'spread':>6}  {'share':>5}  {'FLOPs':>9}  {'bytes':>9}  "
+                                 f"{'regime':<15} code"))
         for line in result["lines"]:
             code = line["code"] if len(line["code"]) <= 60 else line["code"][:57] + "..."
             out.append(_row("", f"{line['line']:>5}  {units.duration_us(max(line['time_us'], line['blocked_us'])):>9}  "
-                                f"{units.percent(line['share']):>5}  {units.si(line['flops'], ''):>9}  "
+                                f"{units.spread(line):>6}  {units.percent(line['share']):>5}  {units.si(line['flops'], ''):>9}  "
                                 f"{units.si(line['bytes'], 'B'):>9}  {line['regime']:<15} {code}"))
     for sync in result["syncs"][:5]:
         blocked = (f"blocks {units.duration_us(sync['blocked_us'])} ({units.percent(sync['share'])})"

@@ -271,10 +271,12 @@ def hover_text(result: Mapping[str, Any], stale: bool, result_file: Optional[str
         text.append(f"- note: {note}")
     lines = result.get("lines") or []
     if lines:
-        table = ["| line | time | share | FLOPs | bytes | regime | code |", "| ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+        table = ["| line | time | spread | share | FLOPs | bytes | regime | code |",
+                 "| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
         for entry in lines:
             code = str(entry.get("code", "")).replace("|", "\\|")
-            table.append(f"| {entry.get('line')} | {units.duration_us(entry.get('time_us'))} | {units.percent(entry.get('share'))} | "
+            table.append(f"| {entry.get('line')} | {units.duration_us(entry.get('time_us'))} | {units.spread(entry)} | "
+                         f"{units.percent(entry.get('share'))} | "
                          f"{units.si(entry.get('flops'), '')} | {units.si(entry.get('bytes'), 'B')} | {entry.get('regime')} | "
                          f"`{code}` |")
         text.append("\n".join(table))
