@@ -20,8 +20,6 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from perflsp import units
 
-FIELDS = ("previous_created_at", "previous_median_us", "speedup", "significant", "previous_regime",
-          "source_changed", "ceilings_changed", "inputs_changed", "device_changed", "notes")
 DEVICE_KEYS = ("kind", "name", "compute_capability", "threads")
 
 

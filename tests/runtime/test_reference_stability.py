@@ -22,19 +22,18 @@ from perflsp.runtime.timing import TimingOptions  # noqa: E402
 pytestmark = pytest.mark.slow
 RUNS = 3
 TIMING = TimingOptions(min_time_s=0.2, min_iters=10)
-# case: (regime, FLOPs, bytes) as functions of the module's sizes; None where the case has no
-# single known regime (it is there for the stability of its lines).
-MATMUL = "compute-bound"
 
 
 def _truth(ref):
+    """case: (known regime, FLOPs, bytes) from the module's sizes (bytes None: `mixed`'s are not
+    checked here; the one-slow-call case is there for the stability of its lines)."""
     n, e = ref.MATMUL_N, ref.ELEMENTS
     return {
-        "matmul": (MATMUL, 2 * n ** 3, 3 * 4 * n * n),
+        "matmul": ("compute-bound", 2 * n ** 3, 3 * 4 * n * n),
         "elementwise": ("memory-bound", e, 3 * 4 * e),
         "copy": ("memory-bound", 0, 2 * 4 * e),
         "tiny_ops": ("overhead-bound", ref.TINY_OPS * 16, ref.TINY_OPS * 2 * 4 * 16),
-        "mixed": (MATMUL, 2 * 256 ** 3 + 1000 + 1000 + 256 * 256, None),
+        "mixed": ("compute-bound", 2 * 256 ** 3 + 1000 + 1000 + 256 * 256, None),
     }
 
 

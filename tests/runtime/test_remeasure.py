@@ -9,7 +9,6 @@ import argparse
 import copy
 import datetime
 import json
-import textwrap
 
 import pytest
 
