@@ -312,7 +312,7 @@ def _noise_notes(timing: Dict[str, Any], environment: Dict[str, Any], threads: i
              "the timed calls vary a lot: something else competed for the machine, or the function's work varies "
              "between calls")
     return [f"{cause} ({'; '.join(figures)}). Effect: times run slower and attained fractions lower than on a quiet "
-            "machine; the regime is judged on the fastest tenth of the timed calls and lines are ranked by their median "
+            "machine; the regime is judged on the fastest timed call and lines are ranked by their median "
             "over the profiled calls, so neither should move with the load. Profile on a quiet machine for absolute "
             "figures"]
 
@@ -473,7 +473,7 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
         transfer_sites=transfer_sites,
         tf32_enabled=inp.tf32_enabled,
         dominant_dtype=dtype,
-        p10_us=inp.timing.get("p10_us"),
+        min_us=inp.timing.get("min_us"),
         matmul_flops=by_kind.get("matmul", 0.0),
         working_set_bytes=working_set_bytes,
     )

@@ -14,9 +14,11 @@ Pure arithmetic on measured figures (no torch), in this order of precedence:
    the ceilings measured, never memory- or latency-bound; far below the peak, a note and levers say
    the matmuls are too small. (A matrix-vector product, AI <= 1 FLOP/B, goes on to the roofline.)
 5. latency-bound (as Nsight Compute's speed-of-light rule): neither the compute nor the memory
-   throughput reaches LATENCY_FRACTION of its ceiling, measured on the fastest tenth of the
-   timed calls (p10): a busy machine only makes calls slower, so a call that is far from both roofs
-   even at its fastest is far from them. The time goes to latency (dependent steps, too little
+   throughput reaches LATENCY_FRACTION of its ceiling, measured on the fastest timed call: a busy
+   machine only makes calls slower, so a call that is far from both roofs even at its fastest is
+   far from them (the fastest tenth, p10, was used first: a load that lasts the whole timing
+   window moved it 50x and flipped softmax between memory- and latency-bound; one quiet moment in
+   the window is enough for the fastest call). The time goes to latency (dependent steps, too little
    parallel work per op, a slow kernel), not to moving bytes or to arithmetic.
 6. otherwise the roofline (Williams et al. 2009): arithmetic intensity (FLOP/byte) below the
    ridge point peak_flops / peak_bandwidth is memory-bound, above it compute-bound; the
@@ -27,7 +29,7 @@ Pure arithmetic on measured figures (no torch), in this order of precedence:
 LATENCY_FRACTION, chosen from measurements on the 2-core CI VM (torch 2.13, 2 threads): a plain
 streaming add of 192 MB reached 15-25% of the measured DRAM ceiling (median to best call), a copy
 and layer_norm/softmax of 34 MB 1-4% (the issue's runs: 4-10%). 0.20 would call the add
-latency-bound on a median call; 0.10 on the p10 call leaves a margin of about 2x to either side.
+latency-bound on a median call; 0.10 on the fastest call leaves a margin of about 2x to either side.
 On a GPU a streaming kernel of a few MB reaches 50-90% of HBM and a latency-bound one (a few
 thousand threads, one wave) under 10%: 0.20 there, as the old "under-occupied" note's 10% plus
 margin (Nsight Compute's own cut, 60%, is for hardware counters, not analytic FLOP/byte estimates).
@@ -163,7 +165,7 @@ class CallFigures:
     transfer_sites: List[Site] = field(default_factory=list)
     tf32_enabled: bool = False
     dominant_dtype: Optional[str] = None
-    p10_us: Optional[float] = None  # the fastest tenth of the timed calls: the latency test uses it
+    min_us: Optional[float] = None  # the fastest timed call: the latency test uses it
     matmul_flops: float = 0.0  # FLOPs of matmul-family ops (mm, bmm, conv, SDPA, mv, ...)
     working_set_bytes: Optional[float] = None  # distinct storage bytes one call touches
 
@@ -324,7 +326,7 @@ def classify(fig: CallFigures, ceilings: Ceilings) -> Tuple[Verdict, Attained]:
         if fig.flops == 0 and fig.bytes == 0:
             reasons.append("no tensor work was counted in the call")
     else:
-        fastest_s = (fig.p10_us if fig.p10_us and fig.p10_us > 0 else fig.median_us) / 1e6
+        fastest_s = (fig.min_us if fig.min_us and fig.min_us > 0 else fig.median_us) / 1e6
         regime = work_regime(fig.device, fig.flops, fig.bytes, fastest_s, ceilings, fig.matmul_flops)
         ai, ridge = got.intensity_flop_per_byte, ceilings.ridge_flop_per_byte
         ai_text = f"AI {units.intensity(ai)}" if ai is not None else "AI unbounded (no bytes counted)"
@@ -340,7 +342,7 @@ def classify(fig: CallFigures, ceilings: Ceilings) -> Tuple[Verdict, Attained]:
                        f"{units.byte_rate(ceilings.bandwidth_bytes_per_s)} ({ceilings.level}) and "
                        f"{units.flop_rate(got.attained_flops_per_s)} = {units.percent(got.flops_fraction or 0.0)} of "
                        f"{units.flop_rate(ceilings.peak_flops_per_s)} {ceilings.dtype_key}; {ai_text}")
-            reasons.append(f"below {units.percent(limit)} of both ceilings even in the fastest tenth of the calls: the "
+            reasons.append(f"below {units.percent(limit)} of both ceilings even in the fastest timed call: the "
                            "time goes to latency (dependent steps, too little parallel work per op, a slow kernel), "
                            "not to moving bytes or to arithmetic")
         else:
@@ -383,8 +385,8 @@ def classify_line(device: str, flops: float, bytes_: float, op_times_us: List[fl
     """The regime of one source line, from its own ops. A line is overhead-bound when most of
     its time is in short ops (a view next to a big matmul does not make it so); else the same
     compute / latency / roofline order as the call, on the line's own time: its fastest profiled
-    call (`fastest_us`) for the latency test, as the call's verdict uses its fastest tenth, so
-    that load does not push a line there."""
+    call (`fastest_us`) for the latency test, as the call's verdict uses its fastest timed call,
+    so that load does not push a line there."""
     if device == "cuda" and blocked_us > 0 and blocked_us >= time_us:
         return "sync-bound"
     if device == "cuda" and transfer:

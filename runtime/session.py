@@ -48,12 +48,13 @@ def profile_calls_for(median_s: float) -> int:
     """Clean pass: several calls (their median survives a preempted call) unless calls are long."""
     if median_s >= LONG_CALL_S:
         return 1
-    return attribution_calls_for(median_s)
+    return PROFILE_CALLS_SHORT if median_s < SHORT_CALL_S else PROFILE_CALLS
 
 
 def attribution_calls_for(median_s: float) -> int:
-    """Attribution pass: 5 calls under SHORT_CALL_S, else 3 (a median needs three)."""
-    return PROFILE_CALLS_SHORT if median_s < SHORT_CALL_S else PROFILE_CALLS
+    """Attribution pass: 5 calls (their median survives two bad ones) under LONG_CALL_S, else 3
+    (a median needs three; five would break the time bound)."""
+    return PROFILE_CALLS_SHORT if median_s < LONG_CALL_S else PROFILE_CALLS
 
 
 def measure(call: Callable[[], Any], device: str, source_file: str, options: MeasureOptions,

@@ -146,7 +146,7 @@ def test_noise_and_load_are_stated_with_their_effect():
     [note] = _noise_notes(steady, loaded, 2, [line])
     assert note.startswith("the machine was busy (load average 2.50 on 2 CPUs when measuring began, with 2 thread")
     assert "p90 = 1.2 x p10" in note
-    assert "fastest tenth" in note and "median over the profiled calls" in note
+    assert "fastest timed call" in note and "median over the profiled calls" in note
     # a load that leaves our threads their cores is not a busy machine
     assert _noise_notes(steady, {"load_average_1m_before": 2.5, "cpu_count": 16}, 4, [line]) == []
     assert _noise_notes(steady, {"load_average_1m_before": None, "cpu_count": 2}, 2, [line]) == []
@@ -157,7 +157,7 @@ def test_noise_and_load_are_stated_with_their_effect():
 def test_latency_bound_when_neither_roof_is_near_with_latency_levers():
     # softmax over 4096x1024 float32: read 16.8 MB once, write it once; 4.19 MFLOP (1 per element)
     n = 4096 * 1024
-    softmax = figures(device="cpu", flops=n, bytes=8 * n, median_us=12000.0, p10_us=10000.0,
+    softmax = figures(device="cpu", flops=n, bytes=8 * n, median_us=12000.0, min_us=10000.0,
                       working_set_bytes=8 * n)  # 3.4 GB/s = 3.4% of 100 GB/s
     cpu = Ceilings(bandwidth_bytes_per_s=100e9, peak_flops_per_s=200e9, dtype_key="float32", level="DRAM")
     verdict, got = roofline.classify(softmax, cpu)
@@ -174,10 +174,10 @@ def test_latency_bound_when_neither_roof_is_near_with_latency_levers():
 
 def test_latency_fraction_is_judged_on_the_fastest_calls():
     cpu = Ceilings(10e9, 100e9, "float32")
-    # median 8% of the bandwidth (a loaded machine), p10 16%: the call can reach the roof, memory-bound
-    loaded = figures(device="cpu", flops=1e6, bytes=8e6, median_us=10000.0, p10_us=5000.0)
+    # median 8% of the bandwidth (a loaded machine), fastest call 16%: the call can reach the roof, memory-bound
+    loaded = figures(device="cpu", flops=1e6, bytes=8e6, median_us=10000.0, min_us=5000.0)
     assert roofline.classify(loaded, cpu)[0].regime == "memory-bound"
-    # without a p10 the median decides
+    # without a fastest call the median decides
     assert roofline.classify(figures(device="cpu", flops=1e6, bytes=8e6, median_us=10000.0), cpu)[0].regime == "latency-bound"
     # exactly at the fraction is not latency-bound; just under it is
     at = figures(device="cpu", flops=0.0, bytes=1e7, median_us=10000.0)  # 1 GB/s = 10%
