@@ -200,22 +200,33 @@ def test_a_failed_run_is_published_but_kept_out_of_the_history(cpu_peaks, tmp_pa
     assert len(_history(tmp_path, path.name).results) == 2
 
 
-def test_near_the_roof_the_first_lever_names_the_next_line(cpu_peaks, ref_cases, targets_dir, find_line):
+def test_near_the_roof_the_first_lever_names_the_next_line(cpu_peaks, ref_cases):
+    import dataclasses
+
+    from perflsp.runtime import session
+    from perflsp.runtime.channel import NullReporter
+
     args = ref_cases.mixed.__perflsp_profile__.setup()
-    measured = profile_function(ref_cases.mixed, args, device="cpu", peaks=cpu_peaks, timing=FAST)
-    assert measured["verdict"]["regime"] == "compute-bound"
-    # Ceilings at half of what the call attained: whatever the load, the call is at its roof.
-    low = copy.deepcopy(cpu_peaks)
-    low["compute_flops_per_s"]["float32"] = measured["totals"]["attained_flops_per_s"] / 2
-    result = profile_function(ref_cases.mixed, args, device="cpu", peaks=low, timing=FAST)
+    ctx, call, options = session.function_context(ref_cases.mixed, args, device="cpu", peaks=cpu_peaks, timing=FAST)
+    measured = session.measure(call, "cpu", ctx.source_file, options, NullReporter())
+    first = session.result_from(measured, ctx)
+    assert first["verdict"]["regime"] == "compute-bound"
+    # The same measurement against a float32 peak at 1/0.9 of what it attained: at 90% of its roof.
+    at_roof = copy.deepcopy(cpu_peaks)
+    at_roof["compute_flops_per_s"]["float32"] = first["totals"]["attained_flops_per_s"] / 0.9
+    result = session.result_from(measured, dataclasses.replace(ctx, peaks=at_roof))
     _validate(result)
     near = result["verdict"]["near_roof"]
-    assert near["ceiling"] == "compute" and near["fraction"] >= 0.8
+    assert near["ceiling"] == "compute" and near["fraction"] == pytest.approx(0.9)
     second = result["lines"][1]
     assert near["next"] == {k: second[k] for k in ("line", "code", "share", "regime")}
     lever = result["verdict"]["levers"][0]
-    assert lever.startswith("near the roof: ") and f"look next at line {second['line']}" in lever
-    assert measured["verdict"]["near_roof"] is None or measured["verdict"]["near_roof"]["fraction"] >= 0.8
+    assert lever.startswith("near the roof: 90% of the measured float32 peak, at most 1.1x left to gain")
+    assert f"look next at line {second['line']}" in lever
+    # Just below 80%: not near.
+    below = copy.deepcopy(cpu_peaks)
+    below["compute_flops_per_s"]["float32"] = first["totals"]["attained_flops_per_s"] / 0.79
+    assert session.result_from(measured, dataclasses.replace(ctx, peaks=below))["verdict"]["near_roof"] is None
 
 
 def test_far_from_any_roof_there_is_no_near_roof(cpu_peaks, ref_cases):
