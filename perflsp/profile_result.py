@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from perflsp import units
 
-SCHEMA_VERSION = 2  # 2: `latency-bound` joined the regimes
+SCHEMA_VERSION = 3  # 2: `latency-bound` joined the regimes; 3: `comparison` (the re-measure loop) and `compile`
 SCHEMA_FILE = Path(__file__).with_name("profile_result.schema.json")
 
 # `verdict.regime` is keyed on by the editor and by scripts: these strings never change meaning.
@@ -233,7 +233,7 @@ def is_stale(result: Mapping[str, Any], source_text: str) -> bool:
 
 _TOP_LEVEL = ("schema_version", "tool", "created_at", "status", "target", "settings", "device",
               "ceilings", "timing", "totals", "verdict", "lines", "syncs", "kernels", "top_ops",
-              "environment", "error")
+              "environment", "error", "comparison")
 _OK_BLOCKS = ("device", "ceilings", "timing", "totals", "verdict", "kernels", "environment")
 
 
@@ -268,6 +268,9 @@ def check(result: Mapping[str, Any]) -> List[str]:
         for key in ("median_us", "p10_us", "p90_us"):
             if not isinstance(timing.get(key), (int, float)) or timing.get(key) < 0:
                 problems.append(f"timing.{key} must be a non-negative number")
+        comparison = result["comparison"]
+        if comparison is not None and not isinstance(comparison, dict):
+            problems.append("comparison must be an object or null")
         for i, line in enumerate(result.get("lines") or []):
             if not isinstance(line.get("line"), int):
                 problems.append(f"lines[{i}].line must be an integer")

@@ -50,6 +50,13 @@ def percent(fraction: Optional[float]) -> str:
     return f"{fraction * 100:.0f}%" if fraction >= 0.01 or fraction == 0 else f"{fraction * 100:.1g}%"
 
 
+def spread(line: dict) -> str:
+    """`±12%`: half the range of a result line's profiled calls, of its median ('' for one call)."""
+    if (line.get("calls") or 1) < 2 or not line.get("time_us"):
+        return ""
+    return f"±{(line['time_max_us'] - line['time_min_us']) / 2 / line['time_us'] * 100:.0f}%"
+
+
 def intensity(value: Optional[float]) -> str:
     if value is None:
         return "-"

@@ -57,6 +57,7 @@ def new_result(target: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, An
         "top_ops": [],
         "environment": None,
         "error": None,
+        "comparison": None,
     }
 
 
@@ -97,7 +98,9 @@ def code_qualname_of(fn: Any) -> Optional[str]:
 
 
 def settings_block(*, inputs: Optional[str], setup: Optional[str], run_command: Optional[str], stop_program: bool,
-                   timing: Any, timeout_s: Optional[float], device: str) -> Dict[str, Any]:
+                   timing: Any, timeout_s: Optional[float], device: str,
+                   arguments: Optional[List[str]] = None, cold_cache: bool = False) -> Dict[str, Any]:
+    """`arguments`: the call's arguments described (`arguments.describe_arguments`), once known."""
     return {
         "inputs": inputs,
         "setup": setup,
@@ -108,6 +111,8 @@ def settings_block(*, inputs: Optional[str], setup: Optional[str], run_command: 
         "min_time_s": timing.min_time_s,
         "timeout_s": timeout_s,
         "device": device,
+        "arguments": arguments,
+        "cache": "cold" if cold_cache else "warm",
     }
 
 
@@ -125,6 +130,7 @@ class LineStats:
     op_names: Counter = field(default_factory=Counter)
     transfer_us: float = 0.0  # copies between host and device, and CPU ops in a GPU function
     has_transfer: bool = False
+    calls_us: List[float] = field(default_factory=list)  # CPU: the line's host time in each profiled call
 
 
 @dataclass
@@ -146,6 +152,7 @@ class Inputs:
     notes: List[str] = field(default_factory=list)
     top_lines: int = 10
     program: Optional[Dict[str, Any]] = None
+    cold_cache: bool = False  # each call read its inputs from main memory (`cold_cache.py`)
 
 
 def _dominant_dtype(records: List[OpRecord]) -> Optional[str]:
@@ -168,7 +175,11 @@ def _is_cpu_fallback(record: OpRecord, device: str) -> bool:
     return device == "cuda" and record.device == "cpu" and not record.transfer
 
 
-def _line_stats(records: List[OpRecord], timings: Dict[int, RangeTiming], device: str) -> Dict[int, LineStats]:
+def _line_stats(records: List[OpRecord], timings: Dict[int, RangeTiming], device: str,
+                calls_us: List[Dict[int, float]]) -> Dict[int, LineStats]:
+    """Per line: the ops' figures summed; on a CPU the host time is the median over the profiled
+    calls of the line's time in each call (`calls_us`), so one preempted call cannot make a line
+    dominate."""
     stats: Dict[int, LineStats] = {}
     for r in records:
         if r.line is None:
@@ -188,6 +199,16 @@ def _line_stats(records: List[OpRecord], timings: Dict[int, RangeTiming], device
         if r.transfer or _is_cpu_fallback(r, device):
             s.has_transfer = True
             s.transfer_us += t.device_us if r.transfer else t.cpu_us
+    for call in calls_us:
+        per_line: Dict[int, float] = defaultdict(float)
+        for r in records:
+            if r.line is not None:
+                per_line[r.line] += call.get(r.index, 0.0)
+        for line, s in stats.items():
+            s.calls_us.append(per_line[line])
+    for s in stats.values():
+        if s.calls_us:
+            s.cpu_us = percentile(sorted(s.calls_us), 0.5)
     return stats
 
 
@@ -243,33 +264,57 @@ def _syncs(records: List[OpRecord], timings: Dict[int, RangeTiming], device: str
     return out
 
 
-def _calibrated(timings: Dict[int, RangeTiming], clean: CleanProfile, median_us: float) -> Dict[int, RangeTiming]:
-    """Host times from the attribution pass, in the units of a real (timed) call.
+def _host_scale(timings: Dict[int, RangeTiming], clean: CleanProfile, median_us: float) -> float:
+    """The factor that puts host times from the attribution pass in the units of a real (timed) call.
 
-    Under the dispatch mode every op runs 2-3x slower on the host (cache and branch-predictor
-    pollution from the Python in between): scale to the clean pass's total op time. The clean
-    pass itself runs under the profiler (~1-3 µs per op): scale its share of the call onto the
-    timed median. Proportions between lines are kept. Device times are left alone: kernels do
-    not slow down because the host does.
+    The lines' total is scaled to the part of a timed call spent inside ops: the timed median
+    times the clean pass's share of its call inside ops (that pass runs under the profiler, ~1-3
+    µs per op, so its absolute times are not used, and a ratio of its own times survives a
+    preempted pass). Usually that scales down: under the dispatch mode every op runs 2-3x slower
+    on the host (cache and branch-predictor pollution from the Python in between). It scales up
+    when the attribution calls ran in a quieter moment than the timed calls, on a machine whose
+    load comes and goes. Proportions between lines are kept. Device times are left alone:
+    kernels do not slow down because the host does.
     """
     attributed = sum(t.cpu_us for t in timings.values())
-    if attributed <= 0 or clean.op_time_us <= 0:
-        return timings
-    scale = min(1.0, clean.op_time_us / attributed)
-    if clean.wall_us > 0:
-        scale *= min(1.0, median_us / clean.wall_us)
-    return {i: RangeTiming(t.cpu_us * scale, t.device_us, t.blocked_us) for i, t in timings.items()}
+    if attributed <= 0 or clean.op_time_us <= 0 or clean.wall_us <= 0:
+        return 1.0
+    return median_us * min(1.0, clean.op_time_us / clean.wall_us) / attributed
 
 
 NOISY_SPREAD = 2.0  # p90 / p10 above this: the calls did not take the same time
+# Others' load (1-minute average when measuring began) at least this far above the cores our
+# threads leave free: other work competed for our cores (docs/profiling.md, "A busy machine").
+BUSY_LOAD = 0.75
 
 
-def _timing_notes(timing: Dict[str, Any]) -> List[str]:
-    if timing["calls"] >= 5 and timing["p10_us"] > 0 and timing["p90_us"] / timing["p10_us"] > NOISY_SPREAD:
-        return [f"the timed calls vary a lot (p90 = {timing['p90_us'] / timing['p10_us']:.1f} x p10): something else "
-                "competed for the machine, or the function's work varies between calls; figures from a busy "
-                "machine are unreliable"]
-    return []
+def _noise_notes(timing: Dict[str, Any], environment: Dict[str, Any], threads: int,
+                 lines: List[Dict[str, Any]]) -> List[str]:
+    """One note when the machine was busy (others' load when measuring began, see BUSY_LOAD) or
+    the timed calls spread widely: the figures behind it, and what that does to the verdict."""
+    load, cpus = environment.get("load_average_1m_before"), environment.get("cpu_count")
+    busy = load is not None and bool(cpus) and load >= BUSY_LOAD + max(0, cpus - threads)
+    spread = timing["p90_us"] / timing["p10_us"] if timing["calls"] >= 5 and timing["p10_us"] > 0 else None
+    noisy = spread is not None and spread > NOISY_SPREAD
+    if not busy and not noisy:
+        return []
+    figures = []
+    if busy:
+        figures.append(f"load average {load:.2f} on {cpus} CPUs when measuring began, with {threads} thread(s) of "
+                       "this process")
+    if spread is not None:
+        figures.append(f"the timed calls' p90 = {spread:.1f} x p10")
+    if lines and lines[0]["calls"] > 1:
+        top = lines[0]
+        figures.append(f"line {top['line']} took {units.duration_us(top['time_min_us'])}-"
+                       f"{units.duration_us(top['time_max_us'])} over {top['calls']} profiled calls")
+    cause = ("the machine was busy" if busy else
+             "the timed calls vary a lot: something else competed for the machine, or the function's work varies "
+             "between calls")
+    return [f"{cause} ({'; '.join(figures)}). Effect: times run slower and attained fractions lower than on a quiet "
+            "machine; the regime is judged on the fastest timed call and lines are ranked by their median "
+            "over the profiled calls, so neither should move with the load. Profile on a quiet machine for absolute "
+            "figures"]
 
 
 def _ceilings_notes(peaks: Dict[str, Any], source: str) -> List[str]:
@@ -283,17 +328,21 @@ def _ceilings_notes(peaks: Dict[str, Any], source: str) -> List[str]:
     return notes
 
 
-def _level_notes(level: Dict[str, Any], peaks: Dict[str, Any], working_set_bytes: Optional[float]) -> List[str]:
+def _level_notes(level: Dict[str, Any], peaks: Dict[str, Any], working_set_bytes: Optional[float],
+                 cold_cache: bool) -> List[str]:
     """Which memory level the bandwidth ceiling is, and why: a figure above main memory's
-    bandwidth is no counting error when the data sits in a cache."""
-    if working_set_bytes is None:
+    bandwidth is no counting error when the data sits in a cache. (With a cold cache the note
+    on the copies says it.)"""
+    if working_set_bytes is None or cold_cache:
         return []
     main = peaks["levels"][-1]
     text = (f"working set {units.byte_count(working_set_bytes)}: judged against the {level['name']} bandwidth, "
             f"{units.byte_rate(level['bandwidth_bytes_per_s'])} (measured for "
             f"{units.byte_count(level['from_bytes'])}-{units.byte_count(level['to_bytes'])} working sets)")
     if level is not main:
-        text += f", not {main['name']}'s {units.byte_rate(main['bandwidth_bytes_per_s'])}: the data stays in {level['name']}"
+        text += (f", not {main['name']}'s {units.byte_rate(main['bandwidth_bytes_per_s'])}: the data stays in "
+                 f"{level['name']} (a warm cache: every call reused the same inputs; `--cold-cache` rotates copies of "
+                 "them)")
     if working_set_bytes < level["from_bytes"]:
         text += "; smaller than any measured plateau, so each op's fixed dispatch cost weighs on it"
     return [text]
@@ -345,12 +394,40 @@ def note_ceilings_change(result: Dict[str, Any], previous: Optional[Dict[str, An
     return result
 
 
+def _near_roof(regime: str, got: roofline.Attained, ceilings: roofline.Ceilings,
+               lines: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """When the call is at >= NEAR_ROOF of the ceiling that binds it: little is left to gain in
+    this function, so the first lever names the next most expensive line to look at (the one
+    after the line that does the binding work; a helper of the same file has its own line)."""
+    fraction = roofline.roof_fraction(regime, got)
+    if fraction is None or fraction < roofline.NEAR_ROOF:
+        return None
+    side = "compute" if regime == "compute-bound" else "memory"
+    ceiling = (f"the measured {ceilings.dtype_key} peak" if side == "compute"
+               else f"the measured {ceilings.level} bandwidth")
+    gain = (f"at most {1 / fraction:.2g}x left to gain in this function" if fraction < 1
+            else "nothing measurable left to gain in this function")
+    text = f"near the roof: {units.percent(fraction)} of {ceiling}, {gain}"
+    following = lines[1] if len(lines) > 1 else None
+    if following is not None:
+        text += (f"; look next at {_site_label(following['file'], following['line'])}: "
+                 f"{units.percent(following['share'])} of the call, {following['regime']}")
+    elif lines:
+        text += (f"; its time is all on line {lines[0]['line']}: what is left is calling it less often, or another "
+                 "algorithm")
+    return {"ceiling": side, "fraction": fraction,
+            "next": None if following is None else {k: following[k] for k in ("line", "code", "share", "regime")},
+            "lever": text}
+
+
 def build_result(inp: Inputs) -> Dict[str, Any]:
     device = inp.device["kind"]
     records = inp.attribution.records
     clean = inp.clean
     median_us = inp.timing["median_us"]
-    timings = _calibrated(inp.attribution.timings, clean, median_us)
+    scale = _host_scale(inp.attribution.timings, clean, median_us)
+    timings = {i: RangeTiming(t.cpu_us * scale, t.device_us, t.blocked_us) for i, t in inp.attribution.timings.items()}
+    calls_us = [{i: us * scale for i, us in call.items()} for call in inp.attribution.calls_us]
 
     # Work on the measured device; CPU-side ops of a GPU function are judged separately.
     work = [r for r in records if r.device == device or r.transfer]
@@ -365,10 +442,10 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
 
     ceiling_key, peak_flops, ceiling_notes = ceiling_for(inp.peaks, dtype, inp.tf32_enabled)
     working_set_bytes = inp.attribution.working_set_bytes or None
-    level = level_for(inp.peaks["levels"], working_set_bytes)
+    level = inp.peaks["levels"][-1] if inp.cold_cache else level_for(inp.peaks["levels"], working_set_bytes)
     ceilings = roofline.Ceilings(level["bandwidth_bytes_per_s"], peak_flops, ceiling_key, level["name"])
 
-    stats = _line_stats(records, timings, device)
+    stats = _line_stats(records, timings, device, calls_us)
     # Shares: of the timed call for host times (calibrated onto it above); of the profiled call
     # for device times and waits, which come from that pass unscaled.
     call_us = clean.wall_us if device == "cuda" and clean.wall_us > 0 else median_us
@@ -396,13 +473,13 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
         transfer_sites=transfer_sites,
         tf32_enabled=inp.tf32_enabled,
         dominant_dtype=dtype,
-        p10_us=inp.timing.get("p10_us"),
+        min_us=inp.timing.get("min_us"),
         matmul_flops=by_kind.get("matmul", 0.0),
         working_set_bytes=working_set_bytes,
     )
     verdict, got = roofline.classify(figures, ceilings)
-    verdict.notes = (list(inp.notes) + ceiling_notes + verdict.notes + _timing_notes(inp.timing)
-                     + _ceilings_notes(inp.peaks, inp.peaks_source) + _level_notes(level, inp.peaks, working_set_bytes)
+    verdict.notes = (list(inp.notes) + ceiling_notes + verdict.notes
+                     + _ceilings_notes(inp.peaks, inp.peaks_source) + _level_notes(level, inp.peaks, working_set_bytes, inp.cold_cache)
                      + _uncounted_notes(work))
 
     lines = []
@@ -413,6 +490,9 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
             "line": s.line,
             "code": _code(inp.source_file, s.line),
             "time_us": time_us,
+            "time_min_us": min(s.calls_us) if s.calls_us else time_us,
+            "time_max_us": max(s.calls_us) if s.calls_us else time_us,
+            "calls": len(s.calls_us) or 1,
             "device_time_us": s.device_us,
             "cpu_time_us": s.cpu_us,
             "blocked_us": s.blocked_us,
@@ -422,10 +502,15 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
             "bytes": s.bytes,
             "intensity_flop_per_byte": roofline.intensity(s.flops, s.bytes),
             "regime": roofline.classify_line(device, s.flops, s.bytes, s.op_times_us, s.blocked_us, time_us,
-                                             s.has_transfer, ceilings, s.matmul_flops),
+                                             s.has_transfer, ceilings, s.matmul_flops,
+                                             min(s.calls_us) if s.calls_us else None),
             "top_ops": [name for name, _ in s.op_names.most_common(3)],
         })
     lines.sort(key=lambda l: -max(l["time_us"], l["blocked_us"]))
+    verdict.notes += _noise_notes(inp.timing, inp.environment, inp.device.get("threads") or 1, lines)
+    near_roof = _near_roof(verdict.regime, got, ceilings, lines)
+    if near_roof is not None:
+        verdict.levers.insert(0, near_roof.pop("lever"))
 
     kernel_times = sorted(clean.kernel_durations_us if device == "cuda" else clean.op_durations_us)
     short_limit = SHORT_KERNEL_US if device == "cuda" else 20.0
@@ -471,6 +556,7 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
             "reasons": verdict.reasons,
             "levers": verdict.levers,
             "notes": verdict.notes,
+            "near_roof": near_roof,
         },
         "lines": lines[: inp.top_lines],
         "syncs": syncs,

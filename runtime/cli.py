@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--timeout", type=_positive_float, metavar="S",
                          help="kill the run after this long (default: [tool.perflsp] profile-timeout, 300 s)")
     measure.add_argument("--refresh-peaks", action="store_true", help="re-measure the device ceilings first")
+    measure.add_argument("--cold-cache", action="store_true",
+                         help="give each call the next of enough copies of its inputs that they come from main "
+                              "memory, not from a cache (setup or marker inputs only)")
     compiled = profile.add_argument_group("torch.compile")
     compiled.add_argument("--compile", action="store_true",
                           help="also run the function under torch.compile: eager and compiled medians, speedup, "
@@ -172,7 +175,7 @@ def profile_command(args: argparse.Namespace) -> int:
     base = analysis.new_result(
         analysis.target_block(target.spec, target.module, target.qualname, target.file),
         analysis.settings_block(inputs=None, setup=args.setup, run_command=run_command, stop_program=not args.no_stop,
-                                timing=timing, timeout_s=timeout_s, device=args.device))
+                                timing=timing, timeout_s=timeout_s, device=args.device, cold_cache=args.cold_cache))
 
     try:  # a missing file or name, or an unusable --run, needs no child process: answer at once
         check_exists(target)
@@ -193,6 +196,7 @@ def profile_command(args: argparse.Namespace) -> int:
         "command": "profile", "target": args.target, "cwd": str(cwd), "setup": args.setup, "run": run_command,
         "stop_program": not args.no_stop, "warmup": args.warmup, "iters": args.iters, "min_time_s": args.min_time,
         "timeout_s": timeout_s, "device": args.device, "refresh_peaks": args.refresh_peaks, "top_lines": args.top,
+        "cold_cache": args.cold_cache,
         "workspace": str(workspace),
     }
     try:
@@ -323,11 +327,7 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
     code = EXIT_OK if result["status"] == "ok" else exit_code_for(error["kind"])
     written: Optional[Path] = None
     if result["status"] == "ok" or error["kind"] in PUBLISHED_ERRORS:
-        from perflsp.runtime import analysis
-
-        path = result_path(workspace, result["target"]["module"], result["target"]["qualname"])
-        analysis.note_ceilings_change(result, analysis.read_previous(path))
-        written = write_json_atomic(path, result)
+        written = _publish(result, result_path(workspace, result["target"]["module"], result["target"]["qualname"]))
     if args.json and args.json != "-":
         write_json_atomic(args.json, result)
     if args.json == "-":
@@ -345,6 +345,32 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
                 print(f"{'plot':<10} {args.plot}")
     sys.stdout.flush()
     return code
+
+
+def _publish(result: Dict[str, Any], path: Path) -> Path:
+    """Compare a successful result with the function's previous one, then write the result file
+    and add it to the function's history (`perflsp.profile_history`)."""
+    from perflsp import comparison, profile_history
+    from perflsp.runtime import analysis
+
+    history = profile_history.load(profile_history.history_path(path))
+    if result["status"] == "ok":
+        if not history.results:  # a result from before histories were kept starts the history
+            older = analysis.read_previous(path)
+            if older is not None and older.get("status") == "ok":
+                history.results.append(older)
+        previous = history.previous
+        result["comparison"] = comparison.compare(result, previous)
+        analysis.note_ceilings_change(result, previous)
+    written = write_json_atomic(path, result)
+    if result["status"] == "ok":
+        try:
+            history.append(result)
+        except OSError as exc:
+            history.warning = f"could not write the profile history {history.path}: {exc}"
+    if history.warning:
+        print(f"perflsp: warning: {history.warning}", file=sys.stderr)
+    return written
 
 
 def peaks_command(args: argparse.Namespace) -> int:

@@ -127,10 +127,6 @@ def environment() -> Dict[str, Any]:
     cudnn = None
     if torch.backends.cudnn.is_available():
         cudnn = str(torch.backends.cudnn.version())
-    try:
-        load: Optional[float] = os.getloadavg()[0]
-    except (AttributeError, OSError):  # not on Windows
-        load = None
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -141,5 +137,12 @@ def environment() -> Dict[str, Any]:
         "numpy": numpy_version,
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
-        "load_average_1m": load,  # how busy the machine was (this process included)
+        "load_average_1m": load_average_1m(),  # how busy the machine was (this process included)
     }
+
+
+def load_average_1m() -> Optional[float]:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on Windows
+        return None

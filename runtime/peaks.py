@@ -418,13 +418,6 @@ def level_for(levels: List[Dict[str, Any]], working_set_bytes: Optional[float]) 
 
 # --- the whole measurement --------------------------------------------------------------------
 
-def _load_average() -> Optional[float]:
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):  # not on Windows
-        return None
-
-
 def _merge_sweeps(first: List[Dict[str, Any]], second: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Per working set, the faster of two sweeps."""
     by_size = {p["working_set_bytes"]: p for p in first}
@@ -457,7 +450,7 @@ def measure(device: str, budget_s: float = DEFAULT_BUDGET_S, on_step: Callable[[
 
     started = time.perf_counter()
     deadline = started + budget_s
-    load_before = _load_average()
+    load_before = env.load_average_1m()
     desc = env.describe_device(device)
     clock = _Clock(device)
     plans = matmul_plan(device, desc.get("compute_capability"))
@@ -501,7 +494,7 @@ def measure(device: str, budget_s: float = DEFAULT_BUDGET_S, on_step: Callable[[
                      "rounds": len(rounds), "rounds_agree": converged},
         "budget_s": budget_s,
         "duration_s": time.perf_counter() - started,
-        "load_average_1m": {"before": load_before, "after": _load_average()},
+        "load_average_1m": {"before": load_before, "after": env.load_average_1m()},
         "bandwidth_bytes_per_s": levels[-1]["bandwidth_bytes_per_s"],
         "levels": levels,
         "sweep": sweep,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -398,32 +398,23 @@ def analyze_attribution_events(events: Iterable[Any]) -> Dict[int, RangeTiming]:
 @dataclass
 class Attribution:
     records: List[OpRecord]
-    timings: Dict[int, RangeTiming]
+    timings: Dict[int, RangeTiming]  # per op; on a CPU each op's median over the profiled calls
     wall_us: float  # the instrumented call's window (slower than a real call)
     working_set_bytes: float = 0.0  # distinct storage bytes one call touched
+    # CPU: each profiled call's host time per op index, for per-line medians and spreads
+    # (one call on a GPU, whose per-op device times do not depend on host noise).
+    calls_us: List[Dict[int, float]] = field(default_factory=list)
 
 
 def run_attribution(call: Callable[[], Any], target_file: str, device: str, n_calls: int = 1) -> Attribution:
     """Calls under the counting mode. On a GPU one call, each op in a range under the profiler
     (device time and sync waits per op: device times do not depend on host noise). On a CPU a
-    timer around each op, over `n_calls` calls, keeping each op's fastest time: contention only
-    ever adds time, so a preempted tiny op cannot outweigh the real work. The proportions are
-    what matters here; the totals are calibrated against the clean pass afterwards."""
+    timer around each op, over `n_calls` calls, keeping every call's times: each op's and each
+    line's figure is the median over the calls, so one preempted call (a 2-thread op can lose a
+    whole ~8 ms scheduler slice) moves neither the figures nor which line dominates. The
+    proportions are what matters here; the totals are calibrated against the clean pass afterwards."""
     if device != "cuda":
-        passes, walls = [], []
-        for _ in range(max(1, n_calls)):
-            counter = OpCounter(target_file, ranges=False, time_ops=True)
-            started = time.perf_counter()
-            with counter:
-                call()
-            walls.append((time.perf_counter() - started) * 1e6)
-            passes.append(counter.records)
-            working_set_bytes = counter.working_set_bytes
-        records = passes[0]
-        same_ops = all([r.name for r in p] == [r.name for r in records] for p in passes)
-        usable = passes if same_ops else passes[:1]  # data-dependent control flow: first call only
-        timings = {r.index: RangeTiming(cpu_us=min(p[r.index].host_us for p in usable)) for r in records}
-        return Attribution(records, timings, _median(walls), working_set_bytes)
+        return merge_cpu_calls([attribute_cpu_call(call, target_file) for _ in range(max(1, n_calls))])
 
     from torch.autograd.profiler import record_function
 
@@ -440,6 +431,40 @@ def run_attribution(call: Callable[[], Any], target_file: str, device: str, n_ca
     windows = call_windows(events)
     return Attribution(counter.records, analyze_attribution_events(events), windows[0].length_us if windows else 0.0,
                        counter.working_set_bytes)
+
+
+@dataclass
+class AttributedCall:
+    """One CPU call under the counting mode, each op timed."""
+
+    records: List[OpRecord]
+    wall_us: float
+    working_set_bytes: float
+
+
+def attribute_cpu_call(call: Callable[[], Any], target_file: str) -> AttributedCall:
+    counter = OpCounter(target_file, ranges=False, time_ops=True)
+    started = time.perf_counter()
+    with counter:
+        call()
+    return AttributedCall(counter.records, (time.perf_counter() - started) * 1e6, counter.working_set_bytes)
+
+
+def merge_cpu_calls(calls: Sequence[AttributedCall]) -> Attribution:
+    """Several attributed calls as one: each op's time and work are its median over the calls
+    (the work too, so that a call whose sizes vary, one batch in three larger, is described by its
+    typical call whichever came first). Calls that ran other ops (data-dependent control flow)
+    cannot be matched op by op: then the first call alone."""
+    first = calls[0].records
+    same_ops = all([r.name for r in c.records] == [r.name for r in first] for c in calls)
+    usable = list(calls) if same_ops else list(calls[:1])
+    records = [replace(r, **{key: round(_median([getattr(c.records[r.index], key) for c in usable]))
+                             for key in ("flops", "bytes_read", "bytes_written")})
+               for r in first]
+    calls_us = [{r.index: r.host_us for r in c.records} for c in usable]
+    timings = {r.index: RangeTiming(cpu_us=_median([c[r.index] for c in calls_us])) for r in records}
+    return Attribution(records, timings, _median([c.wall_us for c in usable]),
+                       _median([c.working_set_bytes for c in usable]), calls_us)
 
 
 def median_or_none(values: Sequence[float]) -> Optional[float]:

@@ -7,8 +7,9 @@ however the program reaches it: by attribute, by a name imported earlier in anot
 or from the same file. If the target's file is the script itself it is compiled the same way.
 
 Real calls are measured as they happen, in this order: warm-up (until stable, and until the hot
-recorder has `MIN_STEPS` whole steps), one call under
-the attribution pass, one under the clean profile, then timed calls. The order puts the
+recorder has `MIN_STEPS` whole steps), `ATTRIBUTION_CALLS` calls under
+the attribution pass on a CPU (per-line medians; one on a GPU), one under the clean profile,
+then timed calls. The order puts the
 passes that need only one call first, so a short program still yields a breakdown. Once enough
 calls were timed the result is written and the program is stopped (`StopProgram`, a
 BaseException that ordinary `except Exception` blocks let through) unless --no-stop.
@@ -35,6 +36,7 @@ from perflsp.runtime.targets import TargetError, TargetSpec, UsageError, refuse_
 
 CAPTURE_EXPRESSION = "__import__('perflsp.runtime.program', fromlist=['capture']).capture"
 _KEEP_OUTSIDE = {"staticmethod", "classmethod"}
+ATTRIBUTION_CALLS = 3  # on a CPU: a median per line needs three calls (session.attribution_calls_for)
 
 
 class StopProgram(BaseException):
@@ -258,6 +260,9 @@ class ProgramSession:
         self.timed = 0
         self.wanted = 0
         self.attribution: Any = None
+        self._attributed: List[Any] = []  # CPU: the attribution pass's calls so far
+        self.arguments: Optional[List[str]] = None  # the measured calls' arguments, described
+        self.load_before_1m: Optional[float] = None  # the load average at the first call
         self.clean: Any = None
         self.source_file: Optional[str] = None
         self.function: Any = None
@@ -279,10 +284,14 @@ class ProgramSession:
 
     def _step(self, fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         from perflsp.runtime import profiling
+        from perflsp.runtime.arguments import describe_arguments
         from perflsp.runtime.timing import choose_iters, make_timer, percentile, synchronize, warmup_done
 
         self.calls_seen += 1
         if self.function is None:
+            from perflsp.runtime.env import load_average_1m
+
+            self.load_before_1m = load_average_1m()
             self.function = fn
             code = getattr(fn, "__code__", None)
             self.source_file = os.path.realpath(code.co_filename) if code else None
@@ -310,9 +319,16 @@ class ProgramSession:
                 self.phase = "attribution"
                 self.reporter.phase("attribution")
         elif self.phase == "attribution":
-            self.attribution = profiling.run_attribution(call, self.source_file or "", self.device)
-            self.phase = "profile"
-            self.reporter.phase("profile")
+            self.arguments = self.arguments or describe_arguments(args, kwargs)
+            if self.device == "cuda":
+                self.attribution = profiling.run_attribution(call, self.source_file or "", self.device)
+            else:
+                self._attributed.append(profiling.attribute_cpu_call(call, self.source_file or ""))
+                if len(self._attributed) == ATTRIBUTION_CALLS:
+                    self.attribution = profiling.merge_cpu_calls(self._attributed)
+            if self.attribution is not None:
+                self.phase = "profile"
+                self.reporter.phase("profile")
         elif self.phase == "profile":
             self.clean = profiling.run_clean_profile(call, 1, self.device)
             estimate = percentile(sorted(self.warmup_s[-3:]), 0.5)

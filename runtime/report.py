@@ -7,7 +7,7 @@ import shutil
 import sys
 from typing import Any, Dict, IO, List, Optional
 
-from perflsp import units
+from perflsp import comparison, units
 from perflsp.profile_result import compile_summary
 
 PHASE_TEXT = {
@@ -120,6 +120,11 @@ def render_result(result: Dict[str, Any], written_to: Optional[str] = None) -> s
     out.append(_row("time", f"median {units.duration_us(timing['median_us'])}  p10 {units.duration_us(timing['p10_us'])}  "
                             f"p90 {units.duration_us(timing['p90_us'])}   {timing['clock']}, {timing['calls']} calls "
                             f"after {timing['warmup_calls']} warm-up"))
+    change = comparison.describe(result)
+    if change:
+        out.append(_row("change", change))
+        for note in result["comparison"]["notes"]:
+            out.append(_row("  note", note))
     out.append(_row("work", f"{units.flops(totals['flops'])}, {units.byte_count(totals['bytes'])} per call   "
                             f"AI {units.intensity(totals['intensity_flop_per_byte'])}   ridge "
                             f"{units.intensity(ceilings['ridge_flop_per_byte'])} ({ceilings['dtype']}, ceilings from "
@@ -149,11 +154,12 @@ def render_result(result: Dict[str, Any], written_to: Optional[str] = None) -> s
         out.append(_row("ops", f"{kernels['ops_per_call']:.0f} per call, median {units.duration_us(kernels['median_op_us'])}; "
                                f"{units.percent(kernels['busy_fraction'])} of the call inside ops"))
     if result["lines"]:
-        out.append(_row("lines", f"{'line':>5}  {'time':>9}  {'share':>5}  {'FLOPs':>9}  {'bytes':>9}  {'regime':<15} code"))
+        out.append(_row("lines", f"{'line':>5}  {'time':>9}  {'spread':>6}  {'share':>5}  {'FLOPs':>9}  {'bytes':>9}  "
+                                 f"{'regime':<15} code"))
         for line in result["lines"]:
             code = line["code"] if len(line["code"]) <= 60 else line["code"][:57] + "..."
             out.append(_row("", f"{line['line']:>5}  {units.duration_us(max(line['time_us'], line['blocked_us'])):>9}  "
-                                f"{units.percent(line['share']):>5}  {units.si(line['flops'], ''):>9}  "
+                                f"{units.spread(line):>6}  {units.percent(line['share']):>5}  {units.si(line['flops'], ''):>9}  "
                                 f"{units.si(line['bytes'], 'B'):>9}  {line['regime']:<15} {code}"))
     for sync in result["syncs"][:5]:
         blocked = (f"blocks {units.duration_us(sync['blocked_us'])} ({units.percent(sync['share'])})"

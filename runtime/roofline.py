@@ -14,9 +14,11 @@ Pure arithmetic on measured figures (no torch), in this order of precedence:
    the ceilings measured, never memory- or latency-bound; far below the peak, a note and levers say
    the matmuls are too small. (A matrix-vector product, AI <= 1 FLOP/B, goes on to the roofline.)
 5. latency-bound (as Nsight Compute's speed-of-light rule): neither the compute nor the memory
-   throughput reaches LATENCY_FRACTION of its ceiling, measured on the fastest tenth of the
-   timed calls (p10): a busy machine only makes calls slower, so a call that is far from both roofs
-   even at its fastest is far from them. The time goes to latency (dependent steps, too little
+   throughput reaches LATENCY_FRACTION of its ceiling, measured on the fastest timed call: a busy
+   machine only makes calls slower, so a call that is far from both roofs even at its fastest is
+   far from them (the fastest tenth, p10, was used first: a load that lasts the whole timing
+   window moved it 50x and flipped softmax between memory- and latency-bound; one quiet moment in
+   the window is enough for the fastest call). The time goes to latency (dependent steps, too little
    parallel work per op, a slow kernel), not to moving bytes or to arithmetic.
 6. otherwise the roofline (Williams et al. 2009): arithmetic intensity (FLOP/byte) below the
    ridge point peak_flops / peak_bandwidth is memory-bound, above it compute-bound; the
@@ -27,7 +29,7 @@ Pure arithmetic on measured figures (no torch), in this order of precedence:
 LATENCY_FRACTION, chosen from measurements on the 2-core CI VM (torch 2.13, 2 threads): a plain
 streaming add of 192 MB reached 15-25% of the measured DRAM ceiling (median to best call), a copy
 and layer_norm/softmax of 34 MB 1-4% (the issue's runs: 4-10%). 0.20 would call the add
-latency-bound on a median call; 0.10 on the p10 call leaves a margin of about 2x to either side.
+latency-bound on a median call; 0.10 on the fastest call leaves a margin of about 2x to either side.
 On a GPU a streaming kernel of a few MB reaches 50-90% of HBM and a latency-bound one (a few
 thousand threads, one wave) under 10%: 0.20 there, as the old "under-occupied" note's 10% plus
 margin (Nsight Compute's own cut, 60%, is for hardware counters, not analytic FLOP/byte estimates).
@@ -43,12 +45,12 @@ SYNC_BLOCKED_SHARE = 0.20
 SYNC_IDLE_SHARE = 0.20
 TRANSFER_SHARE = 0.20
 OVERHEAD_SHARE = 0.50
-OVER_CEILING = 1.10  # attained above this fraction of a ceiling means a counting error
 LATENCY_FRACTION = {"cuda": 0.20, "cpu": 0.10}  # neither roof reaches this: latency-bound (see above)
 MATMUL_DOMINANT = 0.80  # share of the FLOPs in matmul-family ops that keeps a call on the compute side
 MATMUL_MIN_INTENSITY = 2.0  # FLOP/B; below it a matmul-heavy call is matrix-vector (memory-side) work
 READ_ONCE_SLACK = 1.05  # bytes within 5% of the working set: every byte moved once
 SHORT_OP_US = {"cuda": 10.0, "cpu": 20.0}
+NEAR_ROOF = 0.80  # of the applicable ceiling: little is left to gain in the function itself
 
 BYTES_METHOD = ("estimate: distinct storage bytes each op reads and writes (views 0, broadcast "
                 "dims once); no cache reuse, fused kernels over-counted, GEMM tiling re-reads not "
@@ -163,7 +165,7 @@ class CallFigures:
     transfer_sites: List[Site] = field(default_factory=list)
     tf32_enabled: bool = False
     dominant_dtype: Optional[str] = None
-    p10_us: Optional[float] = None  # the fastest tenth of the timed calls: the latency test uses it
+    min_us: Optional[float] = None  # the fastest timed call: the latency test uses it
     matmul_flops: float = 0.0  # FLOPs of matmul-family ops (mm, bmm, conv, SDPA, mv, ...)
     working_set_bytes: Optional[float] = None  # distinct storage bytes one call touches
 
@@ -249,6 +251,28 @@ def work_regime(device: str, flops: float, bytes_: float, seconds: float, ceilin
     return roofline_regime(flops, bytes_, ceilings)
 
 
+def roof_fraction(regime: str, got: Attained) -> Optional[float]:
+    """The attained fraction of the ceiling that binds `regime` (None: no roof binds it)."""
+    if regime == "compute-bound":
+        return got.flops_fraction
+    if regime == "memory-bound":
+        return got.bandwidth_fraction
+    return None
+
+
+def over_ceiling_notes(got: Attained, ceilings: Ceilings) -> List[str]:
+    """Every attained fraction above 1, whatever the regime, with its possible reasons: no figure
+    above its ceiling goes without one."""
+    notes = []
+    for fraction, ceiling in ((got.flops_fraction, f"the measured {ceilings.dtype_key} compute peak"),
+                              (got.bandwidth_fraction, f"the measured {ceilings.level} bandwidth")):
+        if fraction is not None and fraction > 1.0:
+            notes.append(f"attained {units.percent(fraction)} of {ceiling}, above the ceiling: the FLOP/byte count "
+                         "over-estimates (reuse within a smaller cache level, fused kernels), or the ceiling was "
+                         "measured under load or is a few percent off (its spread); re-measure with `perflsp peaks`")
+    return notes
+
+
 def reads_once(bytes_: float, working_set_bytes: Optional[float]) -> bool:
     return bool(working_set_bytes) and bytes_ <= READ_ONCE_SLACK * working_set_bytes
 
@@ -302,7 +326,7 @@ def classify(fig: CallFigures, ceilings: Ceilings) -> Tuple[Verdict, Attained]:
         if fig.flops == 0 and fig.bytes == 0:
             reasons.append("no tensor work was counted in the call")
     else:
-        fastest_s = (fig.p10_us if fig.p10_us and fig.p10_us > 0 else fig.median_us) / 1e6
+        fastest_s = (fig.min_us if fig.min_us and fig.min_us > 0 else fig.median_us) / 1e6
         regime = work_regime(fig.device, fig.flops, fig.bytes, fastest_s, ceilings, fig.matmul_flops)
         ai, ridge = got.intensity_flop_per_byte, ceilings.ridge_flop_per_byte
         ai_text = f"AI {units.intensity(ai)}" if ai is not None else "AI unbounded (no bytes counted)"
@@ -318,7 +342,7 @@ def classify(fig: CallFigures, ceilings: Ceilings) -> Tuple[Verdict, Attained]:
                        f"{units.byte_rate(ceilings.bandwidth_bytes_per_s)} ({ceilings.level}) and "
                        f"{units.flop_rate(got.attained_flops_per_s)} = {units.percent(got.flops_fraction or 0.0)} of "
                        f"{units.flop_rate(ceilings.peak_flops_per_s)} {ceilings.dtype_key}; {ai_text}")
-            reasons.append(f"below {units.percent(limit)} of both ceilings even in the fastest tenth of the calls: the "
+            reasons.append(f"below {units.percent(limit)} of both ceilings even in the fastest timed call: the "
                            "time goes to latency (dependent steps, too little parallel work per op, a slow kernel), "
                            "not to moving bytes or to arithmetic")
         else:
@@ -335,12 +359,6 @@ def classify(fig: CallFigures, ceilings: Ceilings) -> Tuple[Verdict, Attained]:
                 notes.append(f"intensity {units.intensity(ai)} is below the ridge ({units.intensity(ridge)}) of these "
                              "ceilings, but a matmul-dominated call is judged on the compute roof: its verdict does "
                              "not hang on how high the last `perflsp peaks` put the ridge")
-        fraction = (got.bandwidth_fraction if regime == "memory-bound" else
-                    got.flops_fraction if regime == "compute-bound" else None)
-        if fraction is not None and fraction > OVER_CEILING:
-            notes.append(f"attained {units.percent(fraction)} of the measured ceiling ({ceilings.level} bandwidth for "
-                         "memory): the FLOP/byte count over-estimates (reuse within a smaller cache level, fused "
-                         "kernels) or the ceiling was measured under load; re-measure with `perflsp peaks`")
         if regime == "compute-bound" and got.flops_fraction is not None and got.flops_fraction < limit:
             notes.append(f"the matmuls reach {units.percent(got.flops_fraction)} of the {ceilings.dtype_key} peak: "
                          "too small (or too few) to keep the device busy")
@@ -349,6 +367,7 @@ def classify(fig: CallFigures, ceilings: Ceilings) -> Tuple[Verdict, Attained]:
                          f"{units.byte_count(fig.working_set_bytes)} working set): there are no intermediates to "
                          "fuse or copies to avoid")
 
+    notes += over_ceiling_notes(got, ceilings)
     levers = list(LEVERS[(regime, levers_key_device)])
     if regime == "memory-bound" and reads_once(fig.bytes, fig.working_set_bytes):
         levers = list(READ_ONCE_LEVERS[levers_key_device])
@@ -362,10 +381,12 @@ def classify(fig: CallFigures, ceilings: Ceilings) -> Tuple[Verdict, Attained]:
 
 def classify_line(device: str, flops: float, bytes_: float, op_times_us: List[float],
                   blocked_us: float, time_us: float, transfer: bool, ceilings: Ceilings,
-                  matmul_flops: float = 0.0) -> str:
+                  matmul_flops: float = 0.0, fastest_us: Optional[float] = None) -> str:
     """The regime of one source line, from its own ops. A line is overhead-bound when most of
     its time is in short ops (a view next to a big matmul does not make it so); else the same
-    compute / latency / roofline order as the call, on the line's own time."""
+    compute / latency / roofline order as the call, on the line's own time: its fastest profiled
+    call (`fastest_us`) for the latency test, as the call's verdict uses its fastest timed call,
+    so that load does not push a line there."""
     if device == "cuda" and blocked_us > 0 and blocked_us >= time_us:
         return "sync-bound"
     if device == "cuda" and transfer:
@@ -374,4 +395,4 @@ def classify_line(device: str, flops: float, bytes_: float, op_times_us: List[fl
     total = sum(op_times_us)
     if total > 0 and sum(t for t in op_times_us if t < short) >= OVERHEAD_SHARE * total:
         return "overhead-bound"
-    return work_regime(device, flops, bytes_, time_us / 1e6, ceilings, matmul_flops)
+    return work_regime(device, flops, bytes_, (fastest_us or time_us) / 1e6, ceilings, matmul_flops)

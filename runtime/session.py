@@ -8,15 +8,20 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from perflsp.runtime import analysis, datasheet, env
+from perflsp.runtime.arguments import describe_arguments
 from perflsp.runtime.channel import NullReporter, Reporter
+from perflsp.runtime.cold_cache import rotating_call
 from perflsp.runtime.profiling import Attribution, CleanProfile, run_attribution, run_clean_profile
 from perflsp.runtime.timing import TimingOptions, percentile, summarize, timed_calls, warm_up
 
-# Calls in the clean profiled pass: few, because turning a trace into Python objects costs
-# ~100 µs per event on a small machine.
+# Profiled calls, chosen by the timed median so that a call of median m >= 10 ms costs at most
+# 3 s + 20 m beyond the torch import (issue 11's bound; docs/profiling.md lists the counts). The
+# clean pass turns every trace event into a Python object (~100 µs each on a small machine): few
+# calls, one for long calls. The CPU attribution pass ranks the lines by their median over its
+# calls, so it never gets fewer than three.
 PROFILE_CALLS = 3
 PROFILE_CALLS_SHORT = 5  # for calls under SHORT_CALL_S
 SHORT_CALL_S = 0.02
@@ -36,18 +41,26 @@ class Measurement:
     clock: str
     clean: CleanProfile
     attribution: Attribution
+    load_before_1m: Optional[float] = None  # the load average when measuring began (others' work)
 
 
 def profile_calls_for(median_s: float) -> int:
-    """Several calls (their median survives a preempted call) unless calls are long."""
+    """Clean pass: several calls (their median survives a preempted call) unless calls are long."""
     if median_s >= LONG_CALL_S:
         return 1
     return PROFILE_CALLS_SHORT if median_s < SHORT_CALL_S else PROFILE_CALLS
 
 
+def attribution_calls_for(median_s: float) -> int:
+    """Attribution pass: 5 calls (their median survives two bad ones) under LONG_CALL_S, else 3
+    (a median needs three; five would break the time bound)."""
+    return PROFILE_CALLS_SHORT if median_s < LONG_CALL_S else PROFILE_CALLS
+
+
 def measure(call: Callable[[], Any], device: str, source_file: str, options: MeasureOptions,
             reporter: Reporter) -> Measurement:
     """The four phases, in the order that keeps instrumentation out of the timing."""
+    load_before = env.load_average_1m()
     reporter.phase("warm-up")
     warm = warm_up(call, device, options.timing, on_call=lambda n: reporter.progress(n, None))
     window = f"{options.timing.iters} calls" if options.timing.iters else f"about {options.timing.min_time_s:g} s"
@@ -57,12 +70,11 @@ def measure(call: Callable[[], Any], device: str, source_file: str, options: Mea
     reporter.progress(len(samples), len(samples), force=True)
     median_s = percentile(sorted(samples), 0.5)
     reporter.phase("profile")
-    calls = profile_calls_for(median_s)
-    clean = run_clean_profile(call, calls, device)
+    clean = run_clean_profile(call, profile_calls_for(median_s), device)
     reporter.phase("attribution")
-    attribution = run_attribution(call, source_file, device, calls)
+    attribution = run_attribution(call, source_file, device, attribution_calls_for(median_s))
     clock = "cuda-events" if device == "cuda" else "perf_counter"
-    return Measurement(warm, samples, clock, clean, attribution)
+    return Measurement(warm, samples, clock, clean, attribution, load_before)
 
 
 def tf32_enabled() -> bool:
@@ -101,6 +113,7 @@ class Context:
     top_lines: int = 10
     notes: List[str] = field(default_factory=list)
     requested_device: str = "auto"
+    cold_cache: bool = False
 
 
 def result_from(measured: Measurement, ctx: Context, program: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -115,12 +128,13 @@ def result_from(measured: Measurement, ctx: Context, program: Optional[Dict[str,
         timing=summarize(measured.samples_s, measured.clock, len(measured.warmup_s)),
         clean=measured.clean,
         attribution=measured.attribution,
-        environment=env.environment(),
+        environment=dict(env.environment(), load_average_1m_before=measured.load_before_1m),
         source_file=ctx.source_file,
         tf32_enabled=ctx.device == "cuda" and tf32_enabled(),
         notes=device_notes(ctx.device, ctx.requested_device) + ctx.notes,
         top_lines=ctx.top_lines,
         program=program,
+        cold_cache=ctx.cold_cache,
     ))
 
 
@@ -137,8 +151,20 @@ def profile_call(call: Callable[[], Any], ctx: Context, options: Optional[Measur
 
 def profile_function(fn: Callable[..., Any], args: tuple = (), kwargs: Optional[Dict[str, Any]] = None, *,
                      device: str, peaks: Dict[str, Any], peaks_source: str = "cache",
-                     timing: Optional[TimingOptions] = None, top_lines: int = 10) -> Dict[str, Any]:
+                     timing: Optional[TimingOptions] = None, top_lines: int = 10,
+                     cold_cache: bool = False) -> Dict[str, Any]:
     """Convenience for tests and notebooks: profile `fn(*args, **kwargs)` in this process."""
+    ctx, call, options = function_context(fn, args, kwargs, device=device, peaks=peaks, peaks_source=peaks_source,
+                                          timing=timing, top_lines=top_lines, cold_cache=cold_cache)
+    return profile_call(call, ctx, options)
+
+
+def function_context(fn: Callable[..., Any], args: tuple = (), kwargs: Optional[Dict[str, Any]] = None, *,
+                     device: str, peaks: Dict[str, Any], peaks_source: str = "cache",
+                     timing: Optional[TimingOptions] = None, top_lines: int = 10,
+                     cold_cache: bool = False) -> Tuple[Context, Callable[[], Any], MeasureOptions]:
+    """What `profile_function` measures and judges with: the context, the zero-argument call and
+    the options (for judging one measurement against several ceilings: `measure`, `result_from`)."""
     kwargs = kwargs or {}
     inner = inspect.unwrap(fn)
     source = Path(inspect.getsourcefile(inner) or inner.__code__.co_filename).resolve()
@@ -146,7 +172,12 @@ def profile_function(fn: Callable[..., Any], args: tuple = (), kwargs: Optional[
     timing = timing or TimingOptions()
     target = analysis.target_block(f"{source}:{qualname}", fn.__module__, qualname, source)
     settings = analysis.settings_block(inputs="setup", setup=None, run_command=None, stop_program=True,
-                                       timing=timing, timeout_s=None, device=device)
+                                       timing=timing, timeout_s=None, device=device,
+                                       arguments=describe_arguments(args, kwargs), cold_cache=cold_cache)
     ctx = Context(device=device, peaks=peaks, peaks_source=peaks_source, target=target, settings=settings,
-                  source_file=str(source), top_lines=top_lines)
-    return profile_call(lambda: fn(*args, **kwargs), ctx, MeasureOptions(timing=timing, top_lines=top_lines))
+                  source_file=str(source), top_lines=top_lines, cold_cache=cold_cache)
+    call = lambda: fn(*args, **kwargs)  # noqa: E731
+    if cold_cache:
+        call, note = rotating_call(fn, args, kwargs, peaks["levels"])
+        ctx.notes.append(note)
+    return ctx, call, MeasureOptions(timing=timing, top_lines=top_lines)

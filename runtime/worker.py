@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from perflsp.profile_result import EXIT_OK, exit_code_for, write_json_atomic
 from perflsp.runtime import analysis, env
+from perflsp.runtime.arguments import describe_arguments
 from perflsp.runtime.channel import Reporter
 from perflsp.runtime.program import StopProgram
 from perflsp.runtime.targets import (SpecSyntaxError, TargetError, TargetSpec, UsageError, check_exists,
@@ -132,7 +133,8 @@ class Job:
         d = self.data
         return analysis.settings_block(inputs=inputs, setup=d.get("setup"), run_command=d.get("run"),
                                        stop_program=bool(d.get("stop_program", True)), timing=options,
-                                       timeout_s=d.get("timeout_s"), device=d.get("device", "auto"))
+                                       timeout_s=d.get("timeout_s"), device=d.get("device", "auto"),
+                                       cold_cache=bool(d.get("cold_cache")))
 
     def write(self, result: Dict[str, Any]) -> None:
         write_json_atomic(self.data["result"], result)
@@ -304,6 +306,7 @@ def _profile(job: Job, target: TargetSpec, base: Dict[str, Any]) -> int:
                                            analysis.code_qualname_of(fn))
     reporter.phase("setup")
     args, kwargs = normalize_inputs(setup_fn())
+    base["settings"]["arguments"] = describe_arguments(args, kwargs)
     call = lambda: fn(*args, **kwargs)  # noqa: E731
     notes: List[str] = []
     if requested == "auto" and device == "cuda":
@@ -313,9 +316,16 @@ def _profile(job: Job, target: TargetSpec, base: Dict[str, Any]) -> int:
             notes.append(CPU_CODE_NOTE)
             base["device"] = env.describe_device(device)
     measured_peaks, peaks_source = _ceilings(job, device)
+    if d.get("cold_cache"):
+        from perflsp.runtime.cold_cache import rotating_call
+
+        reporter.phase("setup", "copies of the inputs for --cold-cache")
+        call, note = rotating_call(fn, args, kwargs, measured_peaks["levels"])
+        notes.append(note)
     ctx = session.Context(device=device, peaks=measured_peaks, peaks_source=peaks_source, target=base["target"],
                           settings=base["settings"], source_file=source_file,
-                          top_lines=int(d.get("top_lines") or 10), notes=notes, requested_device=requested)
+                          top_lines=int(d.get("top_lines") or 10), notes=notes, requested_device=requested,
+                          cold_cache=bool(d.get("cold_cache")))
     result = session.profile_call(call, ctx, session.MeasureOptions(timing=options, top_lines=ctx.top_lines), reporter)
     job.write(result)
     return EXIT_OK
@@ -394,6 +404,9 @@ def _profile_program(job: Job, target: TargetSpec, base: Dict[str, Any], command
     from perflsp.runtime import program, session
 
     d = job.data
+    if d.get("cold_cache"):
+        raise UsageError("--cold-cache needs inputs from --setup or the @perflsp.profile marker: a program's real "
+                         "calls bring their own inputs")
     options = job.timing_options()
     stop = bool(d.get("stop_program", True))
     base["settings"] = job.settings("run", options)
@@ -409,10 +422,11 @@ def _profile_program(job: Job, target: TargetSpec, base: Dict[str, Any], command
         if ps.timed < ps.wanted:
             notes.append(f"the program ended after {ps.timed} timed calls (wanted {ps.wanted}): run it for more steps")
         ctx = session.Context(device=ps.device, peaks=measured_peaks, peaks_source=peaks_source, target=target_info,
-                              settings=base["settings"], source_file=str(source) if source else "",
+                              settings=dict(base["settings"], arguments=ps.arguments), source_file=str(source) if source else "",
                               top_lines=int(d.get("top_lines") or 10), notes=notes,
                               requested_device=d.get("device", "auto"))
-        measured = session.Measurement(ps.warmup_s, ps.samples_s(), ps.timer.clock, ps.clean, ps.attribution)
+        measured = session.Measurement(ps.warmup_s, ps.samples_s(), ps.timer.clock, ps.clean, ps.attribution,
+                                       ps.load_before_1m)
         job.reporter.phase("analysis")
         job.write(session.result_from(measured, ctx, {"command": command, "calls_seen": ps.calls_seen,
                                                        "stopped_early": stopped_early and stop}))
@@ -445,9 +459,11 @@ def _profile_program(job: Job, target: TargetSpec, base: Dict[str, Any], command
     if ps.calls_seen == 0:
         return _fail(job, base, "not-called", f"the program {ended} without calling {target.qualname} "
                      f"({command})")
-    needed = options.warmup + 3
+    attributed = 1 if ps.device == "cuda" else program.ATTRIBUTION_CALLS
+    needed = options.warmup + attributed + 2
     return _fail(job, base, "not-called", f"the program {ended} after calling {target.qualname} {ps.calls_seen} "
-                 f"times; perflsp needs at least {needed} (warm-up, two profiled calls, one timed call): run "
+                 f"times; perflsp needs at least {needed} (warm-up, {attributed} attributed, one profiled and one "
+                 "timed call): run "
                  "more steps or lower --warmup")
 
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from lsprotocol import types as T
 
-from perflsp import units
+from perflsp import comparison, units
 from perflsp.profile_result import compile_summary
 
 PROFILE_SOURCE = "perflsp-profile"
@@ -82,7 +82,7 @@ def function_at(text: str, line: int) -> Optional[Function]:
 # --- numbers ----------------------------------------------------------------------------------------
 
 def headline(result: Mapping[str, Any]) -> Optional[str]:
-    """`memory-bound · 0.41 ms · 44% of 4.3 TB/s` (None for a failed run)."""
+    """`memory-bound · 0.41 ms · 44% of 4.3 TB/s · 3.4× faster since 11:02` (None for a failed run)."""
     verdict = result.get("verdict") or {}
     regime = verdict.get("regime")
     if result.get("status") != "ok" or not regime:
@@ -91,6 +91,9 @@ def headline(result: Mapping[str, Any]) -> Optional[str]:
     attained = _attained(result)
     if attained:
         parts.append(attained)
+    change = comparison.short(result)
+    if change:
+        parts.append(change)
     return " · ".join(parts)
 
 
@@ -306,6 +309,9 @@ def hover_text(result: Mapping[str, Any], stale: bool, result_file: Optional[str
         ("memory", f"{units.byte_rate(totals.get('attained_bytes_per_s'))} = {units.percent(totals.get('bandwidth_fraction'))} "
                    f"of {units.byte_rate(ceilings.get('bandwidth_bytes_per_s'))}"),
     ]
+    change = comparison.describe(result)
+    if change:
+        rows.append(("since last", change))
     text = [title, "| | |\n| --- | --- |\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)]
     if verdict.get("summary"):
         text.append(str(verdict["summary"]))
@@ -315,12 +321,16 @@ def hover_text(result: Mapping[str, Any], stale: bool, result_file: Optional[str
         text.append(f"- lever: {item}")
     for note in verdict.get("notes") or []:
         text.append(f"- note: {note}")
+    for note in (result.get("comparison") or {}).get("notes") or []:
+        text.append(f"- note: {note}")
     lines = result.get("lines") or []
     if lines:
-        table = ["| line | time | share | FLOPs | bytes | regime | code |", "| ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+        table = ["| line | time | spread | share | FLOPs | bytes | regime | code |",
+                 "| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
         for entry in lines:
             code = str(entry.get("code", "")).replace("|", "\\|")
-            table.append(f"| {entry.get('line')} | {units.duration_us(entry.get('time_us'))} | {units.percent(entry.get('share'))} | "
+            table.append(f"| {entry.get('line')} | {units.duration_us(entry.get('time_us'))} | {units.spread(entry)} | "
+                         f"{units.percent(entry.get('share'))} | "
                          f"{units.si(entry.get('flops'), '')} | {units.si(entry.get('bytes'), 'B')} | {entry.get('regime')} | "
                          f"`{code}` |")
         text.append("\n".join(table))

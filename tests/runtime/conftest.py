@@ -35,6 +35,11 @@ def ref_cases():
 
 
 @pytest.fixture(scope="session")
+def noisy_cases():
+    return _load("noisy_cases")
+
+
+@pytest.fixture(scope="session")
 def peaks_cache(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("perflsp-cache")
     saved = os.environ.get("PERFLSP_CACHE_DIR")

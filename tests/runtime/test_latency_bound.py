@@ -1,20 +1,23 @@
 """latency-bound and the levers that fit, on real CPU torch with analytic truth.
 
-The FLOPs, bytes and working set of softmax, layer_norm and an MLP step are known exactly; the
-ceilings are set relative to each function's own measured rate (x100: neither roof is near;
-x1.2: the bandwidth roof binds), so the verdicts do not depend on how fast this machine is.
+The FLOPs, bytes and working set of softmax, layer_norm and an MLP step are known exactly; each
+function is measured once and judged against ceilings set relative to the rate of that
+measurement's fastest timed call, the rate the latency test uses (x100: neither roof is near;
+x1.2: the bandwidth roof binds), so the verdicts depend neither on how fast this machine is nor on
+how busy it was at any moment.
 """
 from __future__ import annotations
 
 import copy
-import time
+import dataclasses
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from perflsp import profile_result  # noqa: E402
-from perflsp.runtime.session import profile_function  # noqa: E402
+from perflsp.runtime import session  # noqa: E402
+from perflsp.runtime.channel import NullReporter  # noqa: E402
 from perflsp.runtime.timing import TimingOptions  # noqa: E402
 
 FAST = TimingOptions(min_time_s=0.05, min_iters=5)
@@ -31,16 +34,15 @@ def layer_norm(x):
     return torch.nn.functional.layer_norm(x, (COLS,))
 
 
-def _rates(fn, args, flops, bytes_):
-    """(FLOP/s, B/s) of the median of a few plain calls."""
-    fn(*args)
-    times = []
-    for _ in range(7):
-        t0 = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - t0)
-    median = sorted(times)[len(times) // 2]
-    return flops / median, bytes_ / median
+def _measured(fn, args, cpu_peaks):
+    """(context, measurement, its fastest timed call in seconds) of one measurement of `fn(*args)`."""
+    ctx, call, options = session.function_context(fn, args, device="cpu", peaks=cpu_peaks, timing=FAST)
+    measured = session.measure(call, "cpu", ctx.source_file, options, NullReporter())
+    return ctx, measured, min(measured.samples_s)
+
+
+def _judged(ctx, measured, peaks):
+    return session.result_from(measured, dataclasses.replace(ctx, peaks=peaks))
 
 
 def _ceilings(base, flops_per_s, bytes_per_s):
@@ -56,9 +58,8 @@ def _ceilings(base, flops_per_s, bytes_per_s):
 def test_read_once_normalisation_far_from_both_roofs_is_latency_bound(fn, cpu_peaks):
     x = torch.randn(ROWS, COLS)
     read_once = 2 * 4 * N  # read x once, write the output once (float32)
-    flop_rate, byte_rate = _rates(fn, (x,), N, read_once)
-    peaks = _ceilings(cpu_peaks, 1000 * flop_rate, 100 * byte_rate)
-    result = profile_function(fn, (x,), device="cpu", peaks=peaks, timing=FAST)
+    ctx, measured, fastest_s = _measured(fn, (x,), cpu_peaks)
+    result = _judged(ctx, measured, _ceilings(cpu_peaks, 1000 * N / fastest_s, 100 * read_once / fastest_s))
     totals, verdict = result["totals"], result["verdict"]
     assert totals["flops"] == N and totals["flops_by_kind"] == {"normalization": N}
     # layer_norm also writes its mean and rstd (ROWS floats each): a hair above the read-once pair
@@ -75,9 +76,8 @@ def test_read_once_normalisation_far_from_both_roofs_is_latency_bound(fn, cpu_pe
 
 def test_read_once_softmax_near_the_bandwidth_roof_is_memory_bound_without_fuse_levers(cpu_peaks):
     x = torch.randn(ROWS, COLS)
-    flop_rate, byte_rate = _rates(softmax, (x,), N, 2 * 4 * N)
-    peaks = _ceilings(cpu_peaks, 1000 * flop_rate, 1.2 * byte_rate)
-    result = profile_function(softmax, (x,), device="cpu", peaks=peaks, timing=FAST)
+    ctx, measured, fastest_s = _measured(softmax, (x,), cpu_peaks)
+    result = _judged(ctx, measured, _ceilings(cpu_peaks, 1000 * N / fastest_s, 1.2 * 2 * 4 * N / fastest_s))
     verdict = result["verdict"]
     assert verdict["regime"] == "memory-bound", verdict["summary"]
     assert verdict["levers"]
@@ -90,9 +90,8 @@ def test_a_chain_of_elementwise_ops_keeps_the_fuse_lever(cpu_peaks):
 
     x = torch.randn(N)
     moved = 3 * 2 * 4 * N  # three ops, each reads N floats and writes N
-    flop_rate, byte_rate = _rates(chain, (x,), 3 * N, moved)
-    peaks = _ceilings(cpu_peaks, 1000 * flop_rate, 1.2 * byte_rate)
-    result = profile_function(chain, (x,), device="cpu", peaks=peaks, timing=FAST)
+    ctx, measured, fastest_s = _measured(chain, (x,), cpu_peaks)
+    result = _judged(ctx, measured, _ceilings(cpu_peaks, 1000 * 3 * N / fastest_s, 1.2 * moved / fastest_s))
     assert result["totals"]["bytes"] == moved
     assert result["verdict"]["regime"] == "memory-bound", result["verdict"]["summary"]
     assert any("fuse" in lever for lever in result["verdict"]["levers"])
@@ -109,12 +108,12 @@ def test_an_mlp_step_stays_compute_bound_whatever_the_ridge(cpu_peaks):
 
     # forward x@w1, h@w2; backward dW2, dh, dW1 (x needs no gradient): five 64x256x256 matmuls
     matmul_flops = 5 * 2 * 64 * 256 * 256
-    flop_rate, byte_rate = _rates(step, (x,), matmul_flops, 1.0)
+    ctx, measured, fastest_s = _measured(step, (x,), cpu_peaks)
+    flop_rate = matmul_flops / fastest_s
     regimes = set()
     # ridge 1e-3 FLOP/B and 1e6 FLOP/B; a peak 100x and 1.5x the step's own rate
     for flops_per_s, bytes_per_s in ((100 * flop_rate, 1e14), (100 * flop_rate, 1e2), (1.5 * flop_rate, 1e2)):
-        result = profile_function(step, (x,), device="cpu", peaks=_ceilings(cpu_peaks, flops_per_s, bytes_per_s),
-                                  timing=FAST)
+        result = _judged(ctx, measured, _ceilings(cpu_peaks, flops_per_s, bytes_per_s))
         totals = result["totals"]
         assert totals["flops_by_kind"]["matmul"] == matmul_flops
         assert totals["flops_by_kind"]["matmul"] >= 0.8 * totals["flops"]

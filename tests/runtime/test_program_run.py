@@ -44,11 +44,13 @@ def test_real_calls_are_measured_and_the_program_stopped(run_runtime, targets_di
     result = json.loads((tmp_path / ".perflsp" / "profiles" / "layers.step.json").read_text())
     assert profile_result.check(result) == []
     assert result["settings"]["inputs"] == "run" and result["timing"]["calls"] == 5
+    assert result["settings"]["arguments"] == ["float32[64, 64] cpu", "float32[32, 64] cpu"]  # the measured call's
     assert result["program"]["stopped_early"] is True
     assert result["program"]["calls_seen"] < 100
     assert not marker.exists()  # the program never reached its end
     lines = {line["code"]: line for line in result["lines"]}
     assert lines["y = x @ w"]["flops"] == 2 * 32 * 64 * 64
+    assert {line["calls"] for line in result["lines"]} == {3}  # medians over three real calls
     assert result["verdict"]["regime"] in profile_result.REGIMES
 
 

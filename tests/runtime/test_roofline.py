@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from perflsp import units
 from perflsp.profile_result import REGIMES
 from perflsp.runtime import roofline
 from perflsp.runtime.roofline import CallFigures, Ceilings, Site
@@ -95,6 +96,12 @@ def test_no_counted_work_is_not_called_memory_bound():
 def test_counting_error_and_low_efficiency_notes():
     over = figures(device="cpu", flops=1e8, bytes=1e9, median_us=50000.0)  # 20 GB/s on a 10 GB/s ceiling
     assert any("over-estimates" in n for n in roofline.classify(over, CPU)[0].notes)
+    # just above the ceiling, on the side that does not bind, in a regime that is not a roof's
+    slightly = figures(device="cpu", flops=1e8, bytes=1.05e9, median_us=100000.0, overhead_fraction=0.9)
+    verdict, got = roofline.classify(slightly, CPU)
+    assert verdict.regime == "overhead-bound" and 1.0 < got.bandwidth_fraction < 1.1
+    [note] = [n for n in verdict.notes if "above the ceiling" in n]
+    assert note.startswith(f"attained {units.percent(got.bandwidth_fraction)} of the measured DRAM bandwidth")
     tiny_kernel = figures(flops=1e6, bytes=4e6, median_us=1000.0)  # 4 GB/s on a 4.3 TB/s GPU
     assert roofline.classify(tiny_kernel, H200_BF16)[0].regime == "latency-bound"
 
@@ -114,19 +121,35 @@ def test_line_regimes():
     assert line("cpu", 2e8, 1e6, [5000.0], 0.0, 5000.0, False, CPU) == "compute-bound"
     assert line("cpu", 1e6, 1.2e7, [5000.0], 0.0, 5000.0, False, CPU) == "memory-bound"
     assert line("cpu", 0, 8e6, [900.0], 0.0, 900.0, False, CPU) == "memory-bound"  # a copy: AI 0
+    # 8 MB in 9 ms is 9% of 10 GB/s (latency-bound), but its fastest profiled call took 4 ms (20%):
+    # a line slowed by load is judged, like the call, on its fastest time
+    assert line("cpu", 0, 8e6, [9000.0], 0.0, 9000.0, False, CPU) == "latency-bound"
+    assert line("cpu", 0, 8e6, [9000.0], 0.0, 9000.0, False, CPU, fastest_us=4000.0) == "memory-bound"
     # `x.t() @ w.t()`: two views that take no time next to a big matmul
     assert line("cuda", 2e12, 1e8, [0.0, 0.0, 2600.0], 0.0, 2600.0, False, H200_BF16) == "compute-bound"
     assert line("cpu", 2e8, 1e6, [2.0, 2.0, 5000.0], 0.0, 5004.0, False, CPU) == "compute-bound"
 
 
-def test_noisy_timing_is_flagged():
-    from perflsp.runtime.analysis import _timing_notes
+def test_noise_and_load_are_stated_with_their_effect():
+    from perflsp.runtime.analysis import _noise_notes
 
     steady = {"calls": 100, "p10_us": 100.0, "p90_us": 120.0}
     noisy = {"calls": 100, "p10_us": 100.0, "p90_us": 900.0}
-    assert _timing_notes(steady) == []
-    assert "p90 = 9.0 x p10" in _timing_notes(noisy)[0]
-    assert _timing_notes(dict(noisy, calls=3)) == []  # too few calls to judge
+    quiet = {"load_average_1m_before": 0.3, "cpu_count": 2}
+    loaded = {"load_average_1m_before": 2.5, "cpu_count": 2}
+    line = {"line": 7, "calls": 5, "time_min_us": 80.0, "time_max_us": 120.0}
+    assert _noise_notes(steady, quiet, 2, [line]) == []
+    [note] = _noise_notes(noisy, quiet, 2, [line])
+    assert note.startswith("the timed calls vary a lot") and "p90 = 9.0 x p10" in note
+    assert "line 7 took 80 µs-120 µs over 5 profiled calls" in note and "Effect: " in note
+    assert _noise_notes(dict(noisy, calls=3), quiet, 2, []) == []  # too few calls to judge
+    [note] = _noise_notes(steady, loaded, 2, [line])
+    assert note.startswith("the machine was busy (load average 2.50 on 2 CPUs when measuring began, with 2 thread")
+    assert "p90 = 1.2 x p10" in note
+    assert "fastest timed call" in note and "median over the profiled calls" in note
+    # a load that leaves our threads their cores is not a busy machine
+    assert _noise_notes(steady, {"load_average_1m_before": 2.5, "cpu_count": 16}, 4, [line]) == []
+    assert _noise_notes(steady, {"load_average_1m_before": None, "cpu_count": 2}, 2, [line]) == []
 
 
 # --- latency-bound, matmul-dominated calls, read-once traffic --------------------------------------
@@ -134,7 +157,7 @@ def test_noisy_timing_is_flagged():
 def test_latency_bound_when_neither_roof_is_near_with_latency_levers():
     # softmax over 4096x1024 float32: read 16.8 MB once, write it once; 4.19 MFLOP (1 per element)
     n = 4096 * 1024
-    softmax = figures(device="cpu", flops=n, bytes=8 * n, median_us=12000.0, p10_us=10000.0,
+    softmax = figures(device="cpu", flops=n, bytes=8 * n, median_us=12000.0, min_us=10000.0,
                       working_set_bytes=8 * n)  # 3.4 GB/s = 3.4% of 100 GB/s
     cpu = Ceilings(bandwidth_bytes_per_s=100e9, peak_flops_per_s=200e9, dtype_key="float32", level="DRAM")
     verdict, got = roofline.classify(softmax, cpu)
@@ -151,10 +174,10 @@ def test_latency_bound_when_neither_roof_is_near_with_latency_levers():
 
 def test_latency_fraction_is_judged_on_the_fastest_calls():
     cpu = Ceilings(10e9, 100e9, "float32")
-    # median 8% of the bandwidth (a loaded machine), p10 16%: the call can reach the roof, memory-bound
-    loaded = figures(device="cpu", flops=1e6, bytes=8e6, median_us=10000.0, p10_us=5000.0)
+    # median 8% of the bandwidth (a loaded machine), fastest call 16%: the call can reach the roof, memory-bound
+    loaded = figures(device="cpu", flops=1e6, bytes=8e6, median_us=10000.0, min_us=5000.0)
     assert roofline.classify(loaded, cpu)[0].regime == "memory-bound"
-    # without a p10 the median decides
+    # without a fastest call the median decides
     assert roofline.classify(figures(device="cpu", flops=1e6, bytes=8e6, median_us=10000.0), cpu)[0].regime == "latency-bound"
     # exactly at the fraction is not latency-bound; just under it is
     at = figures(device="cpu", flops=0.0, bytes=1e7, median_us=10000.0)  # 1 GB/s = 10%

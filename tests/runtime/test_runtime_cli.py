@@ -24,7 +24,7 @@ def _validate(result):
 
 def _published(workspace):
     folder = workspace / ".perflsp" / "profiles"
-    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+    return sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.exists() else []
 
 
 def test_profile_writes_a_valid_result_table_json_and_plot(run_runtime, targets_dir, tmp_path):

@@ -18,6 +18,9 @@ from lsprotocol import types as T
 
 from pytest_lsp import ClientServerConfig
 
+from perflsp import comparison
+from perflsp.profile_result import read_result
+from perflsp.server import profile_view as view
 from tests.server.conftest import NEOVIM, SERVER, capabilities, make_client
 
 pytest.importorskip("torch")
@@ -190,6 +193,30 @@ async def test_profile_action_progress_and_verdict_on_the_right_lines(start):
     await other.client.workspace_execute_command_async(T.ExecuteCommandParams(
         command="perflsp.clearProfile", arguments=[uri2, "step"]))
     assert not list((session.root / ".perflsp" / "profiles").glob("*.step.json"))
+
+
+async def test_profiling_again_shows_what_changed_in_the_lens_and_the_hover(start):
+    session = await start(NEOVIM, init_options={"settings": FAST})
+    uri = session.open("kernels.py", KERNELS)
+    await session.diagnostics(uri, version=1)
+    first = await profile(session, uri, "step")
+    assert first["status"] == "ok", first
+    second = await profile(session, uri, "step", command="perflsp.profileAgain")
+    assert second["status"] == "ok", second
+
+    [stored] = (session.root / ".perflsp" / "profiles").glob("*.step.json")
+    result = read_result(stored)
+    block = result["comparison"]
+    assert block["source_changed"] is False and block["inputs_changed"] is False and block["speedup"] > 0
+    when = comparison.since(block["previous_created_at"])
+    lenses = await session.client.text_document_code_lens_async(T.CodeLensParams(T.TextDocumentIdentifier(uri)))
+    [lens] = [l for l in lenses if l.range.start.line == line_of(KERNELS, "def step")]
+    assert lens.command.title == f"▶ {view.headline(result)}" and lens.command.title.endswith(f" since {when}")
+    hover = await session.client.text_document_hover_async(T.HoverParams(
+        T.TextDocumentIdentifier(uri), T.Position(line_of(KERNELS, "def step"), 5)))
+    assert f"| since last | {comparison.describe(result)} |" in hover.contents.value
+    assert "; same code" in hover.contents.value
+    assert len(list((session.root / ".perflsp" / "profiles" / "history").glob("*.step.json"))) == 1
 
 
 async def test_failures_are_shown(start, tmp_path):

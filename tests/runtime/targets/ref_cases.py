@@ -54,6 +54,19 @@ def tiny_ops(x):
     return x
 
 
+CONV = (8, 16, 32, 32, 3)  # batch, in and out channels, height = width, kernel (padding 1)
+
+
+def conv_inputs():
+    batch, cin, cout, hw, k = CONV
+    return torch.randn(batch, cin, hw, hw), torch.randn(cout, cin, k, k)
+
+
+@perflsp.profile(setup=conv_inputs)
+def conv(x, w):
+    return torch.nn.functional.conv2d(x, w, padding=1)
+
+
 def mixed_inputs():
     return torch.randn(256, 256), torch.randn(1000)
 
