@@ -33,11 +33,14 @@ _POSITION_IN_MESSAGE = re.compile(r"error at \d+:\d+: ")
 
 def check_source(source: str, path: str, settings: Settings,
                  line_label: Optional[Callable[[int], str]] = None,
-                 facts: Optional[Dict[str, Any]] = None) -> List[Finding]:
+                 facts: Optional[Dict[str, Any]] = None,
+                 parse: Callable[[str], cst.Module] = cst.parse_module) -> List[Finding]:
     """All findings for `source`, sorted; a file that does not parse yields one PFL000 finding.
 
     `line_label` names a row in messages (notebooks say "line 2 of cell 3"). `facts` is what the
     project graph knows about this file (`Project.facts`); without it the file is judged alone.
+    `parse` gives the tree of `source` (the language server's `Reparser.parse` re-parses only the
+    statement an edit changed); it raises what `libcst.parse_module` raises.
     """
     comments = suppress.comments_by_row(source)
     if suppress.ignores_file(source, comments):
@@ -49,7 +52,7 @@ def check_source(source: str, path: str, settings: Settings,
     if too_deep is not None:
         return [not_analysed(path, too_deep.row, too_deep.column, too_deep.message)]
     try:
-        return _check_module(cst.parse_module(source), source, path, settings, line_label, facts, comments)
+        return _check_module(parse(source), source, path, settings, line_label, facts, comments)
     except PARSE_ERRORS as exc:
         return [_syntax_error(source, path, exc)]
     except RecursionError:  # within the limits, yet deeper than Python's stack allows a walk of the tree

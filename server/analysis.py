@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from lsprotocol import types as T
 
@@ -23,6 +23,7 @@ from perflsp.server import convert
 from perflsp.server.settings import EditorSettings, Resolved, resolve
 
 if TYPE_CHECKING:
+    from perflsp.rules.reparse import Reparser
     from perflsp.rules.runner import FactsOf
 
 log = logging.getLogger("perflsp.server")
@@ -91,10 +92,17 @@ class Result:
 Good = Dict[str, Tuple[str, List[Finding]]]  # per part uri: text and findings of the last version that parsed
 
 
+class Stale(Exception):
+    """A newer version arrived while this one was analysed: the rest of the work is thrown away."""
+
+
 def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: Good,
-            facts_of: "Optional[FactsOf]" = None) -> Result:
+            facts_of: "Optional[FactsOf]" = None, reparser: "Optional[Reparser]" = None,
+            stale: Callable[[], bool] = lambda: False) -> Result:
     """Findings and diagnostics for a snapshot (worker thread). A file is judged with the facts
-    `facts_of` gives (its workspace folder's graph); notebooks are judged alone, as by `perflsp check`."""
+    `facts_of` gives (its workspace folder's graph); notebooks are judged alone, as by `perflsp check`.
+    `reparser` keeps the file's last tree, so that an edit costs a parse of the statement it
+    changed. Raises `Stale` between steps once `stale()` says a newer version arrived."""
     from perflsp.rules.runner import MAX_FILE_BYTES
 
     started = time.perf_counter()
@@ -121,7 +129,9 @@ def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: 
         if facts is None:  # judged alone, as the engine would; kept so that a graph that agrees costs no second analysis
             facts = single_file_facts(part.text, str(snap.path), settings.hot_functions)
         facts_key = facts_digest(facts)
-        by_part[part.uri] = check_text(part.text, str(snap.path), settings, facts)
+        if stale():
+            raise Stale()
+        by_part[part.uri] = check_text(part.text, str(snap.path), settings, facts, reparser)
     else:
         from perflsp.rules.notebook import check_cells
 
@@ -137,6 +147,8 @@ def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: 
         index = snap.cells[cell - 1] if cell and cell <= len(snap.cells) else None
         return (snap.parts[index].uri, snap.parts[index].lines) if index is not None else None
 
+    if stale():
+        raise Stale()
     # A notebook cell that does not parse is left out of the program, which can make code in the
     # other cells look cold (the loop that called it is gone). While any part is broken, every
     # part keeps its last good findings on unchanged lines, beside what the engine says now.

@@ -18,9 +18,10 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Dict, List, Optional, Set
 
-from perflsp.server.analysis import Good, Result, analyse
+from perflsp.server.analysis import Good, Result, Stale, analyse
 
 if TYPE_CHECKING:
+    from perflsp.rules.reparse import Reparser
     from perflsp.server.app import PerflspServer
 
 log = logging.getLogger("perflsp.server")
@@ -35,6 +36,15 @@ CHEAP_S = float(os.environ.get("PERFLSP_CHEAP_MS", "50")) / 1000  # the variable
 # be freed, so every `THAW_EVERY` freezes the heap is thawed and collected once (after publishing).
 GC_FREEZE = os.environ.get("PERFLSP_GC_FREEZE", "1") != "0"  # the variable is a benchmark knob
 THAW_EVERY = 100
+
+# Each open file keeps the libcst tree of its last version that parsed, so that an edit re-parses
+# only the statement it changed (`perflsp.rules.reparse`). A tree takes ~30 bytes per character
+# of source (measured on timm's vision_transformer.py: 6 MB for 200 kB); past this many bytes the
+# trees of the files analysed longest ago are dropped (their next edit parses the whole file).
+TREE_BYTES_PER_CHAR = 30
+MAX_TREE_BYTES = int(float(os.environ.get("PERFLSP_MAX_TREE_MB", "256")) * 2**20)
+# Incremental parsing can be turned off to compare (a benchmark knob).
+REPARSE = os.environ.get("PERFLSP_REPARSE", "1") != "0"
 
 
 class Unit:
@@ -52,6 +62,8 @@ class Unit:
         self.closed = False
         self.path: Optional[str] = None  # the resolved file path (None for notebooks and untitled documents)
         self.cost_s: Optional[float] = None  # how long its last finished analysis took (None: none yet)
+        self.reparser: Optional["Reparser"] = None  # its last tree (files only), made in a worker
+        self.analysed_at = 0  # when its last analysis was accepted (`Documents.accepted`), for the tree cap
 
     def current(self) -> bool:
         return self.result is not None and self.result.generation == self.generation
@@ -66,6 +78,7 @@ class Documents:
         self.in_flight = 0  # analyses running now; the workspace scan yields to them
         self.tasks: Set[asyncio.Task] = set()
         self.freezes = 0
+        self.accepted = 0
 
     # --- events ----------------------------------------------------------------------------------
 
@@ -155,8 +168,13 @@ class Documents:
             log.debug("analysing %s generation %d (%s)", unit.key, generation, reason)
             self.in_flight += 1
             try:
-                result = await loop.run_in_executor(self.pool, analyse, snap, editor, self.server.encoder, dict(unit.good),
-                                                    self.server.projects.facts)
+                result = await loop.run_in_executor(self.pool, self._analyse, unit, snap, editor, dict(unit.good),
+                                                    generation)
+            except Stale:
+                log.debug("stopped analysing %s generation %d: generation %d arrived", unit.key, generation,
+                          unit.generation)
+                self._release(unit)
+                return None
             except Exception:  # an engine bug costs this one analysis, never the server
                 log.exception("perflsp: analysing %s failed", unit.key)
                 self._release(unit)
@@ -178,7 +196,19 @@ class Documents:
         self.accept(unit, result)
         return result
 
+    def _analyse(self, unit: Unit, snap, editor, good: Good, generation: int) -> Result:
+        """(worker, under the unit's lock) One analysis; it stops early once a newer version arrives."""
+        if unit.reparser is None and not unit.notebook and REPARSE:
+            from perflsp.rules.reparse import Reparser  # imports libcst: never on the event loop
+
+            unit.reparser = Reparser()
+        return analyse(snap, editor, self.server.encoder, good, self.server.projects.facts, unit.reparser,
+                       lambda: unit.closed or unit.generation != generation)
+
     def accept(self, unit: Unit, result: Result) -> None:
+        self.accepted += 1
+        unit.analysed_at = self.accepted
+        self._cap_trees()
         unit.result = result
         if not result.degraded:  # only a program that parsed as a whole is the new baseline
             unit.good = {uri: (part.part.text, part.findings) for uri, part in result.parts.items()}
@@ -194,6 +224,18 @@ class Documents:
         self.server.deliver(unit, result, pulled=bool(waiting))
         self.server.projects.analysed()
         self.freeze()
+
+    def _cap_trees(self) -> None:
+        """Drop the trees of the files analysed longest ago while they take more than the cap
+        (never the tree of a file being analysed now)."""
+        held = [u for u in self.units.values() if u.reparser is not None and u.reparser.text is not None]
+        total = sum(len(u.reparser.text) for u in held) * TREE_BYTES_PER_CHAR  # type: ignore[union-attr, arg-type]
+        for unit in sorted(held, key=lambda u: u.analysed_at):
+            if total <= MAX_TREE_BYTES:
+                break
+            if not unit.lock.locked():
+                total -= len(unit.reparser.text) * TREE_BYTES_PER_CHAR  # type: ignore[union-attr, arg-type]
+                unit.reparser = None
 
     def freeze(self) -> None:
         """Hide what survived the analysis from the collector (see `GC_FREEZE`); never while another runs."""

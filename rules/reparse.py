@@ -1,0 +1,221 @@
+"""Parsing the next version of an open file: only the statement an edit falls in is parsed again.
+
+libcst parses a 5,000-line file in a third of a second, longer than a keystroke may wait. Its tree
+is a list of top-level statements, and each statement owns whole rows: the blank and comment lines
+above it, its code, and the deeper-indented comments closing its blocks. So when an edit lies
+inside one top-level statement, or inside one statement of a top-level class's body (a method),
+that statement's rows are parsed alone and put in the place of the old node; every other node
+is kept as it is (positions are computed from the text, so nothing needs moving).
+
+The result must be the tree a whole parse gives. Where the rows a statement owns could change
+hands (the first or last statement of a body, comment lines indented differently at its edges,
+the statements up to the first indented block, which set the file's indentation), or the new
+rows do not parse as exactly one statement, the whole text is parsed: that also raises the
+parser's error for a text that does not parse. tests/rules/test_incremental.py compares the trees.
+"""
+from __future__ import annotations
+
+import logging
+from bisect import bisect_right
+from typing import Dict, List, Optional, Sequence
+
+import libcst as cst
+
+from perflsp.rules.lines import BREAK, Change, changed_rows
+
+log = logging.getLogger("perflsp")
+
+
+class Reparser:
+    """The last version of one document that parsed, and where its statements' rows start."""
+
+    def __init__(self) -> None:
+        self.text: Optional[str] = None
+        self.module: Optional[cst.Module] = None
+        self.spliced = False  # the last parse re-parsed one statement only
+        self._rows: Optional[List[int]] = None  # first row of each top-level statement; then the footer's
+        self._bodies: Dict[int, List[int]] = {}  # top-level class index -> its body's rows, likewise
+        self._first_block = 0  # index of the first top-level statement holding an indented block
+
+    def parse(self, text: str) -> cst.Module:
+        """The tree of `text`; raises what `libcst.parse_module` raises."""
+        module = None
+        if self.module is not None and self.text is not None:
+            try:
+                module = self._splice(text)
+            except Exception:  # a bug here must cost the time of a whole parse, never the findings
+                log.exception("perflsp: parsing one statement again failed; parsing the whole file")
+        self.spliced = module is not None
+        if module is None:
+            module = cst.parse_module(text)
+            self._rows, self._bodies = None, {}
+            self._first_block = next((i for i, s in enumerate(module.body) if _has_block(s)), len(module.body))
+        self.text, self.module = text, module
+        return module
+
+    # --- splicing --------------------------------------------------------------------------------
+
+    def _splice(self, text: str) -> Optional[cst.Module]:
+        assert self.module is not None and self.text is not None
+        change = changed_rows(self.text, text)
+        if change is None:
+            return self.module
+        rows = self._top_rows()
+        body = self.module.body
+        index = bisect_right(rows, change.first) - 1
+        # Not in the header or the first statement (the header's comments), nor in the last
+        # statement (the footer's).
+        if not 0 < index < len(body) - 1 or change.old_last >= rows[index + 1]:
+            return None
+        old = body[index]
+        inner = self._splice_in_class(index, old, change, text) if isinstance(old, cst.ClassDef) else None
+        if inner is not None:
+            new, body_rows = inner
+        else:
+            new = self._parse_rows(text, change, rows[index], rows[index + 1], body[index + 1], None)
+            body_rows = None
+            # The file's first indented block sets the indentation its tree is written with: while
+            # that block stays where it is, `_parse_rows` checks the new rows agree with it.
+            if new is None or (index == self._first_block and not _has_block(new)):
+                return None
+        self._rows = [*rows[:index + 1], *(r + change.delta for r in rows[index + 1:])]
+        self._bodies = {i: (r if i < index else [x + change.delta for x in r]) for i, r in self._bodies.items()
+                        if i != index}
+        if body_rows is not None:
+            self._bodies[index] = body_rows
+        return self.module.with_changes(body=(*body[:index], new, *body[index + 1:]))
+
+    def _splice_in_class(self, index: int, old: cst.ClassDef, change: Change, text: str):
+        """(the class with one statement of its body parsed again, its body's rows), or None."""
+        block = old.body
+        if not isinstance(block, cst.IndentedBlock):
+            return None
+        rows = self._body_rows(index, old)
+        k = bisect_right(rows, change.first) - 1
+        if not 0 < k < len(block.body) - 1 or change.old_last >= rows[k + 1]:
+            return None  # the class header, the first or the last statement (header and footer)
+        new = self._parse_rows(text, change, rows[k], rows[k + 1], block.body[k + 1], block)
+        if new is None:
+            return None
+        moved = [*rows[:k + 1], *(r + change.delta for r in rows[k + 1:])]
+        return old.with_changes(body=block.with_changes(body=(*block.body[:k], new, *block.body[k + 1:]))), moved
+
+    def _parse_rows(self, text: str, change: Change, first: int, end: int, following: cst.CSTNode,
+                    block: Optional[cst.IndentedBlock]) -> Optional[cst.CSTNode]:
+        """The one statement in the new text's rows [first, end + delta) (1-based), parsed at the
+        top level or, with `block`, as a statement of a class body; None when that is not sure to
+        be what a whole parse makes of them."""
+        assert self.module is not None
+        starts = change.starts
+        stop = end - 1 + change.delta
+        if stop >= len(starts):
+            return None
+        snippet = text[starts[first - 1]:starts[stop]]
+        lines = BREAK.split(snippet)[:-1]  # the snippet ends with a line break
+        if not lines or not lines[-1].strip() or (block is None and lines[-1].startswith("#")):
+            return None  # blank or comment rows at the end belong to the next statement
+        if _indented_lines(getattr(following, "leading_lines", ())):
+            return None  # an indented comment above the next statement would go to this one's blocks
+        config = cst.PartialParserConfig(encoding=self.module.encoding, future_imports=_future_imports(self.module))
+        wrapped = "class _:" + self.module.default_newline + snippet if block is not None else snippet
+        try:
+            parsed = cst.parse_module(wrapped, config=config)
+        except (cst.ParserSyntaxError, SyntaxError, RecursionError):
+            return None
+        if len(parsed.body) != 1 or parsed.footer or parsed.default_newline != self.module.default_newline:
+            return None
+        # libcst takes the indentation it writes blocks relative to from the text it parses (the
+        # first indented line), whatever the configuration says.
+        if parsed.default_indent != self.module.default_indent and (block is not None or _has_block(parsed.body[0])):
+            return None
+        if block is None:
+            leading = parsed.header
+            if any(line.whitespace.value or not line.indent for line in leading):
+                return None  # an indented comment at the top may close the previous statement's blocks
+            stmt = parsed.body[0]
+            return stmt.with_changes(leading_lines=(*leading, *stmt.leading_lines))
+        wrapper = parsed.body[0]
+        inner = wrapper.body if isinstance(wrapper, cst.ClassDef) else None
+        if (parsed.header or not isinstance(inner, cst.IndentedBlock) or len(inner.body) != 1 or inner.footer
+                or inner.indent != block.indent or _indented_lines(inner.body[0].leading_lines)):
+            return None  # (the last: a deeper-indented comment on top closes the previous statement's blocks)
+        return inner.body[0]
+
+    # --- where statements start ----------------------------------------------------------------------
+
+    def _top_rows(self) -> List[int]:
+        if self._rows is None:
+            assert self.module is not None and self.text is not None
+            self._rows = _rows_from_summary(self.module, self.text) or _rows_of(
+                self.module.body, 1 + len(self.module.header), self.module)
+        return self._rows
+
+    def _body_rows(self, index: int, cls: cst.ClassDef) -> List[int]:
+        found = self._bodies.get(index)
+        if found is None:
+            assert self.module is not None
+            block = cls.body
+            assert isinstance(block, cst.IndentedBlock)
+            # The body starts on the row after the header's colon: count the rows of the class
+            # with a one-line body instead of generating all of its code.
+            header = cls.with_changes(body=cst.SimpleStatementSuite(body=[cst.Pass()]))
+            first = self._top_rows()[index] + _rows(header, self.module)
+            found = self._bodies[index] = _rows_of(block.body, first, self.module)
+        return found
+
+
+def _rows_from_summary(module: cst.Module, text: str) -> Optional[List[int]]:
+    """The statements' first rows from the summary of the same text (made for its per-step facts
+    just before): `ast` knows where each statement's code starts, libcst how many comment and
+    blank rows above it the statement owns. Saves generating the code of the whole file."""
+    from perflsp.rules.summary_delta import top_level_rows
+
+    groups = top_level_rows(text)
+    if groups is None or len(groups) != len(module.body):
+        return None
+    out = []
+    for (first, _), stmt in zip(groups, module.body):
+        decorators = getattr(stmt, "decorators", ())
+        out.append(first - len(stmt.leading_lines) - (len(decorators[0].leading_lines) if decorators else 0))
+    if out and out[0] != 1 + len(module.header):
+        return None
+    return [*out, len(BREAK.findall(text)) + 2]  # past the end: the last statement is never spliced
+
+
+def _rows_of(statements: Sequence[cst.CSTNode], first: int, module: cst.Module) -> List[int]:
+    """The row each statement's rows start at, then the row after the last one."""
+    out = [first]
+    for stmt in statements:
+        out.append(out[-1] + _rows(stmt, module))
+    return out
+
+
+def _rows(node: cst.CSTNode, module: cst.Module) -> int:
+    return len(BREAK.findall(module.code_for_node(node)))
+
+
+def _indented_lines(lines: Sequence[cst.EmptyLine]) -> bool:
+    return any(line.whitespace.value for line in lines)
+
+
+def _has_block(node: cst.CSTNode) -> bool:
+    """The statement holds an indented block (the file's first one sets its indentation)."""
+    body = getattr(node, "body", None)
+    if isinstance(body, cst.IndentedBlock):
+        return True
+    parts = [getattr(node, name, None) for name in ("orelse", "finalbody")]
+    parts += list(getattr(node, "handlers", ()) or ()) + list(getattr(node, "cases", ()) or ())
+    return any(part is not None and _has_block(part) for part in parts)
+
+
+def _future_imports(module: cst.Module) -> frozenset:
+    names = set()
+    for stmt in module.body:
+        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
+        if isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
+            continue  # the docstring
+        if not (isinstance(small, cst.ImportFrom) and isinstance(small.module, cst.Name)
+                and small.module.value == "__future__" and not isinstance(small.names, cst.ImportStar)):
+            break
+        names.update(alias.name.value for alias in small.names if isinstance(alias.name, cst.Name))
+    return frozenset(names)
