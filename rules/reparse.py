@@ -1,4 +1,6 @@
-"""Parsing the next version of an open file: only the statement an edit falls in is parsed again.
+"""Parsing the next version of an open file: only the statement an edit falls in is parsed again
+(and walked again: the engine keeps its `Walk` here, whose parts of unchanged statements the next
+walk takes over).
 
 libcst parses a 5,000-line file in a third of a second, longer than a keystroke may wait. Its tree
 is a list of top-level statements, and each statement owns whole rows: the blank and comment lines
@@ -17,11 +19,14 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_right
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 import libcst as cst
 
 from perflsp.rules.lines import BREAK, Change, changed_rows
+
+if TYPE_CHECKING:
+    from perflsp.rules.walk import Walk
 
 log = logging.getLogger("perflsp")
 
@@ -33,6 +38,7 @@ class Reparser:
         self.text: Optional[str] = None
         self.module: Optional[cst.Module] = None
         self.spliced = False  # the last parse re-parsed one statement only
+        self.walk: Optional["Walk"] = None  # the engine's walk of the last tree it analysed (see `Walk`)
         self._rows: Optional[List[int]] = None  # first row of each top-level statement; then the footer's
         self._bodies: Dict[int, List[int]] = {}  # top-level class index -> its body's rows, likewise
         self._first_block = 0  # index of the first top-level statement holding an indented block

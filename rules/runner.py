@@ -153,9 +153,7 @@ def check_text(text: str, path: str, settings: Settings, facts: Optional[Dict[st
         return check_cells(read_cells(text), path, settings)
     from perflsp.rules.engine import check_source
 
-    if reparser is None:
-        return check_source(text, path, settings, facts=facts)
-    return check_source(text, path, settings, facts=facts, parse=reparser.parse)
+    return check_source(text, path, settings, facts=facts, reparser=reparser)
 
 
 def read_text(path: Path) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import os
 import threading
 import warnings
 from bisect import bisect_right
@@ -25,6 +26,9 @@ from perflsp.rules.lines import changed_rows
 log = logging.getLogger("perflsp")
 
 KEPT = 8  # texts remembered: the open files being typed in, a few at a time
+# `PERFLSP_INCREMENTAL=0` summarises every text whole (a benchmark knob, shared with the server's
+# incremental parsing).
+REUSE = os.environ.get("PERFLSP_INCREMENTAL", "1") != "0"
 
 
 class _Known(NamedTuple):
@@ -38,6 +42,8 @@ _lock = threading.Lock()
 
 
 def summarize_reusing(source: str, module: str, is_package: bool, path: str) -> Dict[str, Any]:
+    if not REUSE:
+        return S.summarize_whole(source, module, is_package, path)[0]
     key = (module, is_package, path)
     with _lock:
         known = _known.get(key)

@@ -2,12 +2,14 @@
 
 Each open document (or notebook) is a `Unit` with a generation that every content change bumps.
 A change (re)starts the unit's debounce timer, unless the unit's last analysis was cheap (under
-`CHEAP_S`): then waiting would cost more than analysing, and the change is analysed at once, so a
-small file's diagnostics follow every keystroke; only expensive analyses are coalesced over the
-configured debounce. When the timer fires, the analysis runs in a worker thread
-(never on the event loop) while the unit's lock keeps a second analysis of the same unit from
-competing for the CPU. A result whose generation is no longer current is dropped: it is never
-published, stored or shown, whatever happened meanwhile.
+`CHEAP_S`; an edit inside one statement of a file whose tree is kept re-parses that statement only,
+see `perflsp.rules.reparse`, and is cheap at any file size): then waiting would cost more than
+analysing, and the change is analysed at once, so diagnostics follow every keystroke; only
+expensive whole analyses are coalesced over the configured debounce. When the timer fires, the
+analysis runs in a worker thread (never on the event loop) while the unit's lock keeps a second
+analysis of the same unit from competing for the CPU; it analyses the latest version when it
+starts and stops between its steps once a newer one arrives. A result whose generation is no
+longer current is dropped: it is never published, stored or shown, whatever happened meanwhile.
 """
 from __future__ import annotations
 
@@ -43,8 +45,8 @@ THAW_EVERY = 100
 # trees of the files analysed longest ago are dropped (their next edit parses the whole file).
 TREE_BYTES_PER_CHAR = 30
 MAX_TREE_BYTES = int(float(os.environ.get("PERFLSP_MAX_TREE_MB", "256")) * 2**20)
-# Incremental parsing can be turned off to compare (a benchmark knob).
-REPARSE = os.environ.get("PERFLSP_REPARSE", "1") != "0"
+# `PERFLSP_INCREMENTAL=0` parses (and summarises) every version whole: a benchmark knob.
+INCREMENTAL = os.environ.get("PERFLSP_INCREMENTAL", "1") != "0"
 
 
 class Unit:
@@ -102,8 +104,9 @@ class Documents:
 
     @staticmethod
     def debounce_s(unit: Unit, configured_s: float) -> float:
-        """The wait before analysing a change: none after a cheap analysis or before any was measured,
-        else the configured debounce."""
+        """The wait before analysing a change: none after a cheap analysis (an edit inside one
+        statement of a file whose tree is kept is one) or before any was measured, else the
+        configured debounce."""
         if unit.cost_s is None or unit.cost_s < CHEAP_S:
             return 0.0
         return configured_s
@@ -198,7 +201,7 @@ class Documents:
 
     def _analyse(self, unit: Unit, snap, editor, good: Good, generation: int) -> Result:
         """(worker, under the unit's lock) One analysis; it stops early once a newer version arrives."""
-        if unit.reparser is None and not unit.notebook and REPARSE:
+        if unit.reparser is None and not unit.notebook and INCREMENTAL:
             from perflsp.rules.reparse import Reparser  # imports libcst: never on the event loop
 
             unit.reparser = Reparser()

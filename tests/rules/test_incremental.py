@@ -18,6 +18,7 @@ from perflsp.rules.engine import check_source
 from perflsp.rules.project import Project, single_file_facts
 from perflsp.rules.reparse import Reparser
 from perflsp.rules.summary import summarize, summarize_whole
+from perflsp.rules.walk import Walk
 
 ROOT = Path(__file__).resolve().parents[2]
 EVERY_RULE_EVERYWHERE = Settings(preview=True, report_cold=("PFL",))
@@ -76,11 +77,19 @@ def _whole(text: str, path: str):
     return tree, summary, check_source(text, path, EVERY_RULE_EVERYWHERE, facts=facts)
 
 
+def _walked(walk: Walk):
+    """What a walk found, in its order (its nodes are those of one tree: compared by identity)."""
+    return (list(walk.imports.items()), [(b.name, b.how, id(b.value)) for b in walk.bindings],
+            {t: [id(n) for n, _ in found] for t, found in walk.by_type.items()},
+            [(f.qualname, id(f.node)) for f in walk.functions], [id(n) for n in walk.parents],
+            [id(p) for p in walk.parents.values()], [id(c) for c, _ in walk.module_calls])
+
+
 def _incremental(text: str, path: str, reparser: Reparser):
     summary = summarize(text, "m", False, path)
     facts = single_file_facts(text, path)  # the same remembered summary
     assert facts["summary"] is summary
-    findings = check_source(text, path, EVERY_RULE_EVERYWHERE, facts=facts, parse=reparser.parse)
+    findings = check_source(text, path, EVERY_RULE_EVERYWHERE, facts=facts, reparser=reparser)
     return summary, findings
 
 
@@ -104,6 +113,7 @@ def test_random_edits_to_real_files_give_what_a_whole_analysis_gives(path):
             if tree is not None:
                 assert reparser.text == text and reparser.module is not None
                 assert reparser.module.deep_equals(tree)
+                assert _walked(reparser.walk) == _walked(Walk(reparser.module))
 
     run()
 
