@@ -9,9 +9,11 @@ inside one top-level statement, or inside one statement of a top-level class's b
 that statement's rows are parsed alone and put in the place of the old node; every other node
 is kept as it is (positions are computed from the text, so nothing needs moving).
 
-The result must be the tree a whole parse gives. Where the rows a statement owns could change
-hands (the first or last statement of a body, comment lines indented differently at its edges,
-the statements up to the first indented block, which set the file's indentation), or the new
+The result must be the tree a whole parse gives. The first statement's rows take the module's
+header with them, the last one's the module's footer, a class's last statement the class body's
+footer. Where the rows a statement owns could change hands (blank or comment rows at its edges
+that a neighbour would claim by their indentation), where the first indented block of the file
+(which sets the indentation libcst writes the whole tree with) would change, or where the new
 rows do not parse as exactly one statement, the whole text is parsed: that also raises the
 parser's error for a text that does not parse. tests/rules/test_incremental.py compares the trees.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_right
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence
 
 import libcst as cst
 
@@ -29,6 +31,13 @@ if TYPE_CHECKING:
     from perflsp.rules.walk import Walk
 
 log = logging.getLogger("perflsp")
+
+
+class _Piece(NamedTuple):
+    stmt: cst.BaseStatement
+    header: Sequence[cst.EmptyLine]  # the module's, when the piece is the file's first statement
+    footer: Sequence[cst.EmptyLine]  # the module's or the class body's, when the piece closes it
+    ends_with_newline: bool  # when the piece runs to the end of the file
 
 
 class Reparser:
@@ -66,86 +75,108 @@ class Reparser:
         change = changed_rows(self.text, text)
         if change is None:
             return self.module
-        rows = self._top_rows()
-        body = self.module.body
-        index = bisect_right(rows, change.first) - 1
-        # Not in the header or the first statement (the header's comments), nor in the last
-        # statement (the footer's).
-        if not 0 < index < len(body) - 1 or change.old_last >= rows[index + 1]:
+        module, rows, body = self.module, self._top_rows(), self.module.body
+        if not body:
             return None
+        index = max(bisect_right(rows, change.first, 0, len(body)) - 1, 0)  # the header's rows go with the first
+        last = index == len(body) - 1
+        if not last and change.old_last >= rows[index + 1]:
+            return None  # more than one statement
         old = body[index]
         inner = self._splice_in_class(index, old, change, text) if isinstance(old, cst.ClassDef) else None
         if inner is not None:
-            new, body_rows = inner
+            new, body_rows, header, footer, ends_with_newline = *inner, module.header, module.footer, module.has_trailing_newline
         else:
-            new = self._parse_rows(text, change, rows[index], rows[index + 1], body[index + 1], None)
-            body_rows = None
+            piece = self._parse_rows(text, change, 1 if index == 0 else rows[index], None if last else rows[index + 1],
+                                     None if last else body[index + 1], None, True)
             # The file's first indented block sets the indentation its tree is written with: while
             # that block stays where it is, `_parse_rows` checks the new rows agree with it.
-            if new is None or (index == self._first_block and not _has_block(new)):
+            if piece is None or (index == self._first_block and not _has_block(piece.stmt)):
                 return None
-        self._rows = [*rows[:index + 1], *(r + change.delta for r in rows[index + 1:])]
+            new, body_rows = piece.stmt, None
+            header = piece.header if index == 0 else module.header
+            footer, ends_with_newline = (piece.footer, piece.ends_with_newline) if last else (
+                module.footer, module.has_trailing_newline)
+        self._rows = [1 + len(header), *rows[1:index + 1], *(r + change.delta for r in rows[index + 1:])]
         self._bodies = {i: (r if i < index else [x + change.delta for x in r]) for i, r in self._bodies.items()
                         if i != index}
         if body_rows is not None:
             self._bodies[index] = body_rows
-        return self.module.with_changes(body=(*body[:index], new, *body[index + 1:]))
+        return module.with_changes(body=(*body[:index], new, *body[index + 1:]), header=header, footer=footer,
+                                   has_trailing_newline=ends_with_newline)
 
     def _splice_in_class(self, index: int, old: cst.ClassDef, change: Change, text: str):
         """(the class with one statement of its body parsed again, its body's rows), or None."""
+        assert self.module is not None
         block = old.body
         if not isinstance(block, cst.IndentedBlock):
             return None
         rows = self._body_rows(index, old)
-        k = bisect_right(rows, change.first) - 1
-        if not 0 < k < len(block.body) - 1 or change.old_last >= rows[k + 1]:
-            return None  # the class header, the first or the last statement (header and footer)
-        new = self._parse_rows(text, change, rows[k], rows[k + 1], block.body[k + 1], block)
-        if new is None:
+        k = bisect_right(rows, change.first, 0, len(block.body)) - 1
+        closing = k == len(block.body) - 1  # the class's last statement: its rows run to the next statement's
+        if k < 0 or (closing and index == len(self.module.body) - 1):
+            return None  # the class header; the end of the file
+        end = self._top_rows()[index + 1] if closing else rows[k + 1]
+        if change.old_last >= end:
+            return None
+        following = self.module.body[index + 1] if closing else block.body[k + 1]
+        piece = self._parse_rows(text, change, rows[k], end, following, block, closing)
+        if piece is None:
             return None
         moved = [*rows[:k + 1], *(r + change.delta for r in rows[k + 1:])]
-        return old.with_changes(body=block.with_changes(body=(*block.body[:k], new, *block.body[k + 1:]))), moved
+        new_block = block.with_changes(body=(*block.body[:k], piece.stmt, *block.body[k + 1:]),
+                                       footer=piece.footer if closing else block.footer)
+        return old.with_changes(body=new_block), moved
 
-    def _parse_rows(self, text: str, change: Change, first: int, end: int, following: cst.CSTNode,
-                    block: Optional[cst.IndentedBlock]) -> Optional[cst.CSTNode]:
-        """The one statement in the new text's rows [first, end + delta) (1-based), parsed at the
-        top level or, with `block`, as a statement of a class body; None when that is not sure to
-        be what a whole parse makes of them."""
+    def _parse_rows(self, text: str, change: Change, first: int, end: Optional[int], following: Optional[cst.CSTNode],
+                    block: Optional[cst.IndentedBlock], top_follows: bool) -> Optional["_Piece"]:
+        """The one statement in the new text's rows from `first` to `end + delta` (1-based; None: the
+        end of the file), parsed at the top level or, with `block`, as a statement of a class body
+        (`top_follows`: its last one); None when that is not sure to be what a whole parse makes
+        of those rows. Blank and comment rows around a statement belong to it or to its
+        neighbours by their indentation: the rows at either edge must leave no doubt."""
         assert self.module is not None
         starts = change.starts
-        stop = end - 1 + change.delta
-        if stop >= len(starts):
-            return None
-        snippet = text[starts[first - 1]:starts[stop]]
-        lines = BREAK.split(snippet)[:-1]  # the snippet ends with a line break
-        if not lines or not lines[-1].strip() or (block is None and lines[-1].startswith("#")):
-            return None  # blank or comment rows at the end belong to the next statement
-        if _indented_lines(getattr(following, "leading_lines", ())):
-            return None  # an indented comment above the next statement would go to this one's blocks
+        if end is None:
+            snippet = text[starts[first - 1]:]
+        else:
+            stop = end - 1 + change.delta
+            if stop >= len(starts) or stop < first:
+                return None
+            snippet = text[starts[first - 1]:starts[stop]]
+            lines = BREAK.split(snippet)[:-1]  # the snippet ends with a line break
+            if not lines or not lines[-1].strip() or (top_follows and lines[-1].startswith("#")):
+                return None  # blank or comment rows at the end would belong to the next statement
+            if _indented_lines(getattr(following, "leading_lines", ())):
+                return None  # an indented comment above the next statement would go to this one's blocks
         config = cst.PartialParserConfig(encoding=self.module.encoding, future_imports=_future_imports(self.module))
         wrapped = "class _:" + self.module.default_newline + snippet if block is not None else snippet
         try:
             parsed = cst.parse_module(wrapped, config=config)
         except (cst.ParserSyntaxError, SyntaxError, RecursionError):
             return None
-        if len(parsed.body) != 1 or parsed.footer or parsed.default_newline != self.module.default_newline:
+        if (len(parsed.body) != 1 or parsed.default_newline != self.module.default_newline
+                or parsed.encoding != self.module.encoding or (parsed.footer and end is not None)):
             return None
         # libcst takes the indentation it writes blocks relative to from the text it parses (the
         # first indented line), whatever the configuration says.
         if parsed.default_indent != self.module.default_indent and (block is not None or _has_block(parsed.body[0])):
             return None
         if block is None:
-            leading = parsed.header
-            if any(line.whitespace.value or not line.indent for line in leading):
-                return None  # an indented comment at the top may close the previous statement's blocks
             stmt = parsed.body[0]
-            return stmt.with_changes(leading_lines=(*leading, *stmt.leading_lines))
+            if first == 1:  # the file's first statement: the comments above it are the module's header
+                return _Piece(stmt, parsed.header, parsed.footer, parsed.has_trailing_newline)
+            if any(line.whitespace.value or not line.indent for line in parsed.header):
+                return None  # an indented comment at the top may close the previous statement's blocks
+            return _Piece(stmt.with_changes(leading_lines=(*parsed.header, *stmt.leading_lines)), (),
+                          parsed.footer, parsed.has_trailing_newline)
         wrapper = parsed.body[0]
         inner = wrapper.body if isinstance(wrapper, cst.ClassDef) else None
-        if (parsed.header or not isinstance(inner, cst.IndentedBlock) or len(inner.body) != 1 or inner.footer
-                or inner.indent != block.indent or _indented_lines(inner.body[0].leading_lines)):
+        if (parsed.header or parsed.footer or not isinstance(inner, cst.IndentedBlock) or len(inner.body) != 1
+                or (inner.footer and not top_follows) or inner.indent != block.indent
+                or _indented_lines(inner.body[0].leading_lines)):
             return None  # (the last: a deeper-indented comment on top closes the previous statement's blocks)
-        return inner.body[0]
+        return _Piece(inner.body[0], (), inner.footer, True)
 
     # --- where statements start ----------------------------------------------------------------------
 
@@ -185,7 +216,7 @@ def _rows_from_summary(module: cst.Module, text: str) -> Optional[List[int]]:
         out.append(first - len(stmt.leading_lines) - (len(decorators[0].leading_lines) if decorators else 0))
     if out and out[0] != 1 + len(module.header):
         return None
-    return [*out, len(BREAK.findall(text)) + 2]  # past the end: the last statement is never spliced
+    return [*out, len(BREAK.findall(text)) + 2]  # past the end: the last statement's rows run to the end
 
 
 def _rows_of(statements: Sequence[cst.CSTNode], first: int, module: cst.Module) -> List[int]:

@@ -156,3 +156,22 @@ def test_a_text_that_does_not_parse_keeps_the_last_tree():
     assert reparser.text == text
     fixed = text.replace("return x\n", "return x + 1\n")
     assert reparser.parse(fixed).deep_equals(cst.parse_module(fixed)) and reparser.spliced
+
+
+@pytest.mark.parametrize("old, new", [
+    ("# header\nimport torch\n", "# header\nimport torch, os\n"),  # the first statement, with the module's header
+    ("    return x.sum()\n\n# the end\n", "    return x.sum() + 1\n\n# the end\n"),  # the last one, with the footer
+    ("    def __init__(self):\n        self.w = 1\n", "    def __init__(self):\n        self.w = 2\n"),  # a class's first
+    ("    def forward(self, x):\n        return x\n    # closing\n",
+     "    def forward(self, x):\n        return x.item()\n    # closing\n"),  # a class's last, with the body's footer
+])
+def test_the_first_and_last_statements_of_a_file_and_of_a_class_are_parsed_alone(old, new):
+    text = ("# header\nimport torch\n\n\nclass Net(torch.nn.Module):\n    def __init__(self):\n        self.w = 1\n\n"
+            "    def forward(self, x):\n        return x\n    # closing\n\n\ndef step(x):\n    return x.sum()\n\n"
+            "# the end\n")
+    assert old in text
+    reparser = Reparser()
+    reparser.parse(text)
+    edited = text.replace(old, new)
+    assert reparser.parse(edited).deep_equals(cst.parse_module(edited))
+    assert reparser.spliced
