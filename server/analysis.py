@@ -84,6 +84,8 @@ class Result:
     degraded: bool = False  # some part did not parse: findings were carried over, not a new baseline
     facts_key: Optional[str] = None  # digest of the per-step facts a file was judged with (None: a notebook)
     cold: bool = False  # ran while the engine was warming up: `elapsed_s` is not what it costs
+    cpu_s: float = 0.0  # CPU time of the analysis (its thread's): what it costs, whatever else the machine runs
+    incremental: bool = False  # the file's tree came from re-parsing the statements an edit changed
 
     def part(self, uri: str) -> Optional[PartResult]:
         return self.parts.get(uri)
@@ -105,7 +107,7 @@ def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: 
     changed. Raises `Stale` between steps once `stale()` says a newer version arrived."""
     from perflsp.rules.runner import MAX_FILE_BYTES
 
-    started = time.perf_counter()
+    started = time.perf_counter(), time.thread_time()
     cold = WARMING.is_set()
     resolved = resolve(snap.path, editor)
     settings = resolved.settings
@@ -176,14 +178,16 @@ def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: 
             diagnostics.append(d)
         parts[part.uri] = PartResult(part, kept + syntax, diagnostics, not syntax, result_id(diagnostics))
     result = Result(snap.key, snap.generation, parts, resolved, facts_key=facts_key)
+    result.incremental = reparser is not None and reparser.spliced and snap.cells is None
     result.degraded = degraded
     result.cold = cold or WARMING.is_set()
     return _finish(result, started, snap)
 
 
-def _finish(result: Result, started: float, snap: Snapshot) -> Result:
+def _finish(result: Result, started: Tuple[float, float], snap: Snapshot) -> Result:
     result.snapshot = snap
-    result.elapsed_s = time.perf_counter() - started
+    result.elapsed_s = time.perf_counter() - started[0]
+    result.cpu_s = time.thread_time() - started[1]
     for part in result.parts.values():
         if not part.result_id:
             part.result_id = result_id(part.diagnostics)

@@ -1,8 +1,8 @@
 """Scheduling analyses of open documents and notebooks: debounce, one run at a time, stale results dropped.
 
 Each open document (or notebook) is a `Unit` with a generation that every content change bumps.
-A change (re)starts the unit's debounce timer, unless the unit's last analysis was cheap (under
-`CHEAP_S`; an edit inside one statement of a file whose tree is kept re-parses that statement only,
+A change (re)starts the unit's debounce timer, unless the unit's analyses are cheap (under
+`CHEAP_S` of CPU time; an edit inside one statement of a file whose tree is kept re-parses that statement only,
 see `perflsp.rules.reparse`, and is cheap at any file size): then waiting would cost more than
 analysing, and the change is analysed at once, so diagnostics follow every keystroke; only
 expensive whole analyses are coalesced over the configured debounce. When the timer fires, the
@@ -17,8 +17,10 @@ import asyncio
 import gc
 import logging
 import os
+import statistics
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Deque, Dict, List, Optional, Set
 
 from perflsp.server.analysis import Good, Result, Stale, analyse
 
@@ -28,9 +30,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("perflsp.server")
 
-# An analysis that took less than this (wall clock, in the worker) is cheaper than the wait: the
-# next change of that unit is analysed at once instead of after the debounce.
+# Analyses that take less than this (the median CPU time of a unit's last `COSTS` analyses: one
+# slow analysis, or a machine busy with other work, does not make the next keystroke wait) are
+# cheaper than the wait: the next change of that unit is analysed at once instead of after the
+# debounce.
 CHEAP_S = float(os.environ.get("PERFLSP_CHEAP_MS", "50")) / 1000  # the variable is a benchmark knob
+COSTS = 3
 
 # After an analysis the objects that stay (imports, the project graph, results) are moved out of
 # the collector's sight (`gc.freeze`), so the next analysis' full collections do not walk them
@@ -63,7 +68,7 @@ class Unit:
         self.published: Set[str] = set()  # part uris that hold pushed diagnostics
         self.closed = False
         self.path: Optional[str] = None  # the resolved file path (None for notebooks and untitled documents)
-        self.cost_s: Optional[float] = None  # how long its last finished analysis took (None: none yet)
+        self.costs: Deque[float] = deque(maxlen=COSTS)  # CPU seconds of its last analyses (none yet: unknown)
         self.reparser: Optional["Reparser"] = None  # its last tree (files only), made in a worker
         self.analysed_at = 0  # when its last analysis was accepted (`Documents.accepted`), for the tree cap
 
@@ -104,10 +109,10 @@ class Documents:
 
     @staticmethod
     def debounce_s(unit: Unit, configured_s: float) -> float:
-        """The wait before analysing a change: none after a cheap analysis (an edit inside one
-        statement of a file whose tree is kept is one) or before any was measured, else the
-        configured debounce."""
-        if unit.cost_s is None or unit.cost_s < CHEAP_S:
+        """The wait before analysing a change: none while the unit's analyses are cheap (an edit
+        inside one statement of a file whose tree is kept is, at any file size) or before any was
+        measured, else the configured debounce."""
+        if not unit.costs or statistics.median(unit.costs) < CHEAP_S:
             return 0.0
         return configured_s
 
@@ -184,10 +189,10 @@ class Documents:
                 return None
             finally:
                 self.in_flight -= 1
-            # Measured even when the result turns out stale; an analysis that shared the CPU with
-            # the engine's warm-up says nothing (None: the next change is analysed at once, and a
-            # burst of changes meanwhile still makes one analysis, since runs wait on the lock).
-            unit.cost_s = None if result.cold else result.elapsed_s
+            # Measured even when the result turns out stale; an analysis that ran during the engine's
+            # warm-up (imports) says nothing of what analyses cost.
+            if not result.cold:
+                unit.costs.append(result.cpu_s)
         if unit.closed or unit.generation != generation:
             # A newer edit arrived while this version was analysed: its result is irrelevant
             # and must never reach the client (the newer version's own run publishes).
@@ -218,7 +223,8 @@ class Documents:
         if result.skipped:
             log.info("perflsp: %s not analysed: %s", unit.key, result.skipped)
         else:
-            log.debug("analysed %s generation %d in %.0f ms", unit.key, result.generation, result.elapsed_s * 1000)
+            log.debug("analysed %s generation %d in %.0f ms%s", unit.key, result.generation, result.elapsed_s * 1000,
+                      " (the statements edited parsed again)" if result.incremental else "")
         self.server.report_config(result.resolved)
         waiting = [w for w in unit.waiters if not w.done()]
         unit.waiters = []
