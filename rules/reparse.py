@@ -5,9 +5,11 @@ walk takes over).
 libcst parses a 5,000-line file in a third of a second, longer than a keystroke may wait. Its tree
 is a list of top-level statements, and each statement owns whole rows: the blank and comment lines
 above it, its code, and the deeper-indented comments closing its blocks. So when an edit lies
-inside one top-level statement, or inside one statement of a top-level class's body (a method),
-that statement's rows are parsed alone and put in the place of the old node; every other node
-is kept as it is (positions are computed from the text, so nothing needs moving).
+inside one top-level statement, that statement's rows are parsed alone and put in the place of
+the old node; inside a class or a def, the innermost statement of their bodies that holds the edit
+(a method, a statement of a method or of a function), parsed inside wrappers indented as the
+classes and defs around it (`class _:`, `def _():`). Every other node is kept as it is
+(positions are computed from the text, so nothing needs moving).
 
 The result must be the tree a whole parse gives. The first statement's rows take the module's
 header with them, the last one's the module's footer, a class's last statement the class body's
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_right
-from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -49,7 +51,7 @@ class Reparser:
         self.spliced = False  # the last parse re-parsed one statement only
         self.walk: Optional["Walk"] = None  # the engine's walk of the last tree it analysed (see `Walk`)
         self._rows: Optional[List[int]] = None  # first row of each top-level statement; then the footer's
-        self._bodies: Dict[int, List[int]] = {}  # top-level class index -> its body's rows, likewise
+        self._bodies: Dict[Tuple[int, ...], List[int]] = {}  # a class's or def's path -> its body's rows, likewise
         self._first_block = 0  # index of the first top-level statement holding an indented block
 
     def parse(self, text: str) -> cst.Module:
@@ -83,59 +85,69 @@ class Reparser:
         if not last and change.old_last >= rows[index + 1]:
             return None  # more than one statement
         old = body[index]
-        inner = self._splice_in_class(index, old, change, text) if isinstance(old, cst.ClassDef) else None
-        if inner is not None:
-            new, body_rows, header, footer, ends_with_newline = *inner, module.header, module.footer, module.has_trailing_newline
+        header, footer, ends_with_newline = module.header, module.footer, module.has_trailing_newline
+        spliced = self._splice_inside((index,), old, rows[index], None if last else rows[index + 1], change, text)
+        if spliced is not None:
+            new, path = spliced
         else:
             piece = self._parse_rows(text, change, 1 if index == 0 else rows[index], None if last else rows[index + 1],
-                                     None if last else body[index + 1], None, True)
+                                     None if last else body[index + 1], (), True)
             # The file's first indented block sets the indentation its tree is written with: while
             # that block stays where it is, `_parse_rows` checks the new rows agree with it.
             if piece is None or (index == self._first_block and not _has_block(piece.stmt)):
                 return None
-            new, body_rows = piece.stmt, None
-            header = piece.header if index == 0 else module.header
-            footer, ends_with_newline = (piece.footer, piece.ends_with_newline) if last else (
-                module.footer, module.has_trailing_newline)
+            new, path = piece.stmt, (index,)
+            header = piece.header if index == 0 else header
+            footer, ends_with_newline = (piece.footer, piece.ends_with_newline) if last else (footer, ends_with_newline)
         self._rows = [1 + len(header), *rows[1:index + 1], *(r + change.delta for r in rows[index + 1:])]
-        self._bodies = {i: (r if i < index else [x + change.delta for x in r]) for i, r in self._bodies.items()
-                        if i != index}
-        if body_rows is not None:
-            self._bodies[index] = body_rows
+        self._bodies = _moved_bodies(self._bodies, path, change.delta)
         return module.with_changes(body=(*body[:index], new, *body[index + 1:]), header=header, footer=footer,
                                    has_trailing_newline=ends_with_newline)
 
-    def _splice_in_class(self, index: int, old: cst.ClassDef, change: Change, text: str):
-        """(the class with one statement of its body parsed again, its body's rows), or None."""
+    def _splice_inside(self, path: Tuple[int, ...], node: cst.CSTNode, first: int, end: Optional[int],
+                       change: Change, text: str, ancestors: Sequence[cst.CSTNode] = ()):
+        """(`node`, a class or a def whose rows start at `first`, with the one statement of its
+        body the edit lies in parsed again, the path of that statement), or None. `end`: the
+        row `node`'s rows end before, when its last statement may be parsed alone (top level
+        only: a nested body's last rows may go to the blocks around it)."""
         assert self.module is not None
-        block = old.body
-        if not isinstance(block, cst.IndentedBlock):
+        block = getattr(node, "body", None)
+        if not isinstance(node, (cst.ClassDef, cst.FunctionDef)) or not isinstance(block, cst.IndentedBlock):
             return None
-        rows = self._body_rows(index, old)
+        rows = self._body_rows(path, node, first)
         k = bisect_right(rows, change.first, 0, len(block.body)) - 1
-        closing = k == len(block.body) - 1  # the class's last statement: its rows run to the next statement's
-        if k < 0 or (closing and index == len(self.module.body) - 1):
-            return None  # the class header; the end of the file
-        end = self._top_rows()[index + 1] if closing else rows[k + 1]
-        if change.old_last >= end:
+        closing = k == len(block.body) - 1  # the body's last statement: its rows run to the next statement's
+        if k < 0 or (closing and end is None):
+            return None  # the header; the end of the file or of a nested body
+        stop = end if closing else rows[k + 1]
+        assert stop is not None
+        if change.old_last >= stop:
             return None
-        following = self.module.body[index + 1] if closing else block.body[k + 1]
-        piece = self._parse_rows(text, change, rows[k], end, following, block, closing)
+        child = block.body[k]
+        if not closing:  # a method's statement, a nested def's: the smallest piece that parses alone
+            deeper = self._splice_inside((*path, k), child, rows[k], None, change, text, (*ancestors, node))
+            if deeper is not None:
+                new_child, child_path = deeper
+                return node.with_changes(body=block.with_changes(
+                    body=(*block.body[:k], new_child, *block.body[k + 1:]))), child_path
+        following = self.module.body[path[0] + 1] if closing else block.body[k + 1]
+        piece = self._parse_rows(text, change, rows[k], stop, following, (*ancestors, node), closing)
         if piece is None:
             return None
-        moved = [*rows[:k + 1], *(r + change.delta for r in rows[k + 1:])]
         new_block = block.with_changes(body=(*block.body[:k], piece.stmt, *block.body[k + 1:]),
                                        footer=piece.footer if closing else block.footer)
-        return old.with_changes(body=new_block), moved
+        return node.with_changes(body=new_block), (*path, k)
 
     def _parse_rows(self, text: str, change: Change, first: int, end: Optional[int], following: Optional[cst.CSTNode],
-                    block: Optional[cst.IndentedBlock], top_follows: bool) -> Optional["_Piece"]:
+                    ancestors: Sequence[cst.CSTNode], top_follows: bool) -> Optional[_Piece]:
         """The one statement in the new text's rows from `first` to `end + delta` (1-based; None: the
-        end of the file), parsed at the top level or, with `block`, as a statement of a class body
-        (`top_follows`: its last one); None when that is not sure to be what a whole parse makes
-        of those rows. Blank and comment rows around a statement belong to it or to its
-        neighbours by their indentation: the rows at either edge must leave no doubt."""
+        end of the file), parsed at the top level or, inside `ancestors` (the classes and defs
+        around it, outermost first), in wrappers indented as they are; `top_follows`: its rows
+        end where a top-level statement's start. None when that is not sure to be what a whole
+        parse makes of those rows: blank and comment rows around a statement belong to it or to
+        its neighbours by their indentation, and the rows at either edge must leave no doubt."""
         assert self.module is not None
+        module = self.module
         starts = change.starts
         if end is None:
             snippet = text[starts[first - 1]:]
@@ -149,20 +161,24 @@ class Reparser:
                 return None  # blank or comment rows at the end would belong to the next statement
             if _indented_lines(getattr(following, "leading_lines", ())):
                 return None  # an indented comment above the next statement would go to this one's blocks
-        config = cst.PartialParserConfig(encoding=self.module.encoding, future_imports=_future_imports(self.module))
-        wrapped = "class _:" + self.module.default_newline + snippet if block is not None else snippet
+        wrappers, indent = [], ""
+        for node in ancestors:
+            wrappers.append(indent + _WRAPPER[_kind(node)] + module.default_newline)
+            block = node.body  # type: ignore[attr-defined]
+            indent += block.indent if block.indent is not None else module.default_indent
+        config = cst.PartialParserConfig(encoding=module.encoding, future_imports=_future_imports(module))
         try:
-            parsed = cst.parse_module(wrapped, config=config)
+            parsed = cst.parse_module("".join(wrappers) + snippet, config=config)
         except (cst.ParserSyntaxError, SyntaxError, RecursionError):
             return None
-        if (len(parsed.body) != 1 or parsed.default_newline != self.module.default_newline
-                or parsed.encoding != self.module.encoding or (parsed.footer and end is not None)):
+        if (len(parsed.body) != 1 or parsed.default_newline != module.default_newline
+                or parsed.encoding != module.encoding or (parsed.footer and end is not None)):
             return None
         # libcst takes the indentation it writes blocks relative to from the text it parses (the
         # first indented line), whatever the configuration says.
-        if parsed.default_indent != self.module.default_indent and (block is not None or _has_block(parsed.body[0])):
+        if parsed.default_indent != module.default_indent and (ancestors or _has_block(parsed.body[0])):
             return None
-        if block is None:
+        if not ancestors:
             stmt = parsed.body[0]
             if first == 1:  # the file's first statement: the comments above it are the module's header
                 return _Piece(stmt, parsed.header, parsed.footer, parsed.has_trailing_newline)
@@ -170,13 +186,19 @@ class Reparser:
                 return None  # an indented comment at the top may close the previous statement's blocks
             return _Piece(stmt.with_changes(leading_lines=(*parsed.header, *stmt.leading_lines)), (),
                           parsed.footer, parsed.has_trailing_newline)
-        wrapper = parsed.body[0]
-        inner = wrapper.body if isinstance(wrapper, cst.ClassDef) else None
-        if (parsed.header or parsed.footer or not isinstance(inner, cst.IndentedBlock) or len(inner.body) != 1
-                or (inner.footer and not top_follows) or inner.indent != block.indent
-                or _indented_lines(inner.body[0].leading_lines)):
-            return None  # (the last: a deeper-indented comment on top closes the previous statement's blocks)
-        return _Piece(inner.body[0], (), inner.footer, True)
+        if parsed.header or parsed.footer:
+            return None
+        wrapper: cst.CSTNode = parsed.body[0]
+        for depth, node in enumerate(ancestors):
+            inner, block = getattr(wrapper, "body", None), node.body  # type: ignore[attr-defined]
+            innermost = depth == len(ancestors) - 1
+            if (_kind(wrapper) != _kind(node) or not isinstance(inner, cst.IndentedBlock) or len(inner.body) != 1
+                    or inner.indent != block.indent or (inner.footer and not (innermost and top_follows))):
+                return None
+            wrapper = inner.body[0]
+        if _indented_lines(wrapper.leading_lines):  # type: ignore[attr-defined]
+            return None  # a deeper-indented comment on top closes the previous statement's blocks
+        return _Piece(wrapper, (), inner.footer, True)  # type: ignore[arg-type]
 
     # --- where statements start ----------------------------------------------------------------------
 
@@ -187,18 +209,44 @@ class Reparser:
                 self.module.body, 1 + len(self.module.header), self.module)
         return self._rows
 
-    def _body_rows(self, index: int, cls: cst.ClassDef) -> List[int]:
-        found = self._bodies.get(index)
+    def _body_rows(self, path: Tuple[int, ...], node: cst.CSTNode, first: int) -> List[int]:
+        """Where the statements of the body of `node` (at `path`, its rows starting at `first`)
+        start, then the row after the last one."""
+        found = self._bodies.get(path)
         if found is None:
             assert self.module is not None
-            block = cls.body
-            assert isinstance(block, cst.IndentedBlock)
-            # The body starts on the row after the header's colon: count the rows of the class
+            block = node.body  # type: ignore[attr-defined]
+            # The body starts on the row after the header's colon: count the rows of the node
             # with a one-line body instead of generating all of its code.
-            header = cls.with_changes(body=cst.SimpleStatementSuite(body=[cst.Pass()]))
-            first = self._top_rows()[index] + _rows(header, self.module)
-            found = self._bodies[index] = _rows_of(block.body, first, self.module)
+            header = node.with_changes(body=cst.SimpleStatementSuite(body=[cst.Pass()]))
+            found = self._bodies[path] = _rows_of(block.body, first + _rows(header, self.module), self.module)
         return found
+
+
+def _moved_bodies(bodies: Dict[Tuple[int, ...], List[int]], path: Tuple[int, ...], delta: int
+                  ) -> Dict[Tuple[int, ...], List[int]]:
+    """The known body rows after the statement at `path` was parsed again, `delta` rows longer:
+    the bodies around it keep theirs, moved below it; those under the same top-level statement
+    beside it or inside it are forgotten (counted again when an edit needs them)."""
+    out = {}
+    for key, rows in bodies.items():
+        if key[0] != path[0]:
+            out[key] = rows if key[0] < path[0] else [r + delta for r in rows]
+        elif len(key) < len(path) and path[:len(key)] == key:
+            child = path[len(key)]
+            out[key] = [*rows[:child + 1], *(r + delta for r in rows[child + 1:])]
+    return out
+
+
+_WRAPPER = {"class": "class _:", "def": "def _():", "async def": "async def _():"}
+
+
+def _kind(node: cst.CSTNode) -> str:
+    if isinstance(node, cst.ClassDef):
+        return "class"
+    if isinstance(node, cst.FunctionDef):
+        return "async def" if node.asynchronous is not None else "def"
+    return type(node).__name__
 
 
 def _rows_from_summary(module: cst.Module, text: str) -> Optional[List[int]]:

@@ -175,3 +175,22 @@ def test_the_first_and_last_statements_of_a_file_and_of_a_class_are_parsed_alone
     edited = text.replace(old, new)
     assert reparser.parse(edited).deep_equals(cst.parse_module(edited))
     assert reparser.spliced
+
+
+def test_an_edit_inside_a_method_parses_only_the_statement_of_the_method_it_lies_in():
+    text = ("import torch\n\n\nclass Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n\n"
+            "    def forward(self, x):\n        y = x * 2\n        z = y.sum()\n        return z.item()\n\n"
+            "    def extra(self):\n        return 1\n\n\ndef step(x):\n    a = x + 1\n    return a\n")
+    reparser = Reparser()
+    before = reparser.parse(text)
+    edited = text.replace("z = y.sum()", "z = y.sum(0)")
+    after = reparser.parse(edited)
+    assert reparser.spliced and after.deep_equals(cst.parse_module(edited))
+    forward_before, forward_after = before.body[1].body.body[1], after.body[1].body.body[1]
+    assert forward_after is not forward_before
+    kept = [(a is b) for a, b in zip(forward_before.body.body, forward_after.body.body)]
+    assert kept == [True, False, True]  # `y = ...` and `return ...` are the very same nodes
+    assert after.body[1].body.body[2] is before.body[1].body.body[2] and after.body[2] is before.body[2]
+    again = edited.replace("a = x + 1", "a = x + 2")  # a statement of a top-level function
+    assert reparser.parse(again).deep_equals(cst.parse_module(again)) and reparser.spliced
+    assert reparser.module.body[2].body.body[1] is after.body[2].body.body[1]
