@@ -65,7 +65,8 @@ class Reparser:
         self.spliced = module is not None
         if module is None:
             module = cst.parse_module(text)
-            self._rows, self._bodies = None, {}
+            # Now, while the summary of this text (made for its facts just before) is remembered.
+            self._rows, self._bodies = _rows_from_summary(module, text), {}
             self._first_block = next((i for i, s in enumerate(module.body) if _has_block(s)), len(module.body))
         self.text, self.module = text, module
         return module
