@@ -44,11 +44,12 @@ COSTS = 3
 GC_FREEZE = os.environ.get("PERFLSP_GC_FREEZE", "1") != "0"  # the variable is a benchmark knob
 THAW_EVERY = 100
 
-# Each open file keeps the libcst tree of its last version that parsed, so that an edit re-parses
-# only the statement it changed (`perflsp.rules.reparse`). A tree takes ~30 bytes per character
-# of source (measured on timm's vision_transformer.py: 6 MB for 200 kB); past this many bytes the
-# trees of the files analysed longest ago are dropped (their next edit parses the whole file).
-TREE_BYTES_PER_CHAR = 30
+# Each open file keeps the libcst tree of its last version that parsed, and the engine's walk of
+# it, so that an edit re-parses and re-walks only the statement it changed (`perflsp.rules.reparse`).
+# They take ~55 bytes per character of source (measured on timm's vision_transformer.py: 6 MB of
+# tree and 5.5 MB of walk for 200 kB); past this many bytes the trees of the files analysed
+# longest ago are dropped (their next edit parses the whole file).
+TREE_BYTES_PER_CHAR = 55
 MAX_TREE_BYTES = int(float(os.environ.get("PERFLSP_MAX_TREE_MB", "256")) * 2**20)
 # `PERFLSP_INCREMENTAL=0` parses (and summarises) every version whole: a benchmark knob.
 INCREMENTAL = os.environ.get("PERFLSP_INCREMENTAL", "1") != "0"

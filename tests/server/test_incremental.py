@@ -91,3 +91,21 @@ async def test_typing_in_a_real_file_gives_what_a_whole_analysis_gives(start, re
     versions += [broken, fixed]
     assert [p.version for p in session.published(uri)] == versions  # every version, each with its own
     assert "(the statements edited parsed again)" in session.log_text()
+
+
+async def test_trees_past_the_memory_cap_are_dropped(start):
+    # A cap of 1 kB: no tree of these files stays after its analysis, so every edit parses the
+    # whole file, and the diagnostics are the same all the same.
+    text = (ROOT / "examples" / "train_loop.py").read_text(encoding="utf-8")
+    for env, incremental in (({"PERFLSP_MAX_TREE_MB": "0.001"}, False), ({}, True)):
+        session = await start(NEOVIM, init_options={"settings": PREVIEW}, env=env)
+        uri = session.open("train_loop.py", text)
+        await session.diagnostics(uri, version=1, timeout=60)
+        row = _rows_in_functions(text)[0]
+        column = len(text.split("\n")[row])
+        version = session.edit(uri, (row, column), (row, column), " ")
+        lines = text.split("\n")
+        lines[row] += " "
+        shown = _shown(await session.diagnostics(uri, version=version, timeout=60))
+        assert shown == _expected("\n".join(lines), "train_loop.py")
+        assert ("(the statements edited parsed again)" in session.log_text()) is incremental
