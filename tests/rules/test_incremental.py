@@ -194,3 +194,18 @@ def test_an_edit_inside_a_method_parses_only_the_statement_of_the_method_it_lies
     again = edited.replace("a = x + 1", "a = x + 2")  # a statement of a top-level function
     assert reparser.parse(again).deep_equals(cst.parse_module(again)) and reparser.spliced
     assert reparser.module.body[2].body.body[1] is after.body[2].body.body[1]
+
+
+def test_an_edit_inside_a_long_top_level_value_parses_that_statement_only():
+    config = "".join(f"    'layer{i}': dict(width={i}, depth=2, act='gelu'),\n" for i in range(1000))
+    text = f"import torch\n\nCONFIGS = {{\n{config}}}\n\n\ndef build(name):\n    return CONFIGS[name]\n"
+    reparser = Reparser()
+    before = reparser.parse(text)
+    summary = summarize(text, "m", False, "m.py")
+    edited = text.replace("'layer500': dict(width=500,", "'layer500': dict(width=501,")
+    after = reparser.parse(edited)
+    assert reparser.spliced and after.deep_equals(cst.parse_module(edited))
+    assert after.body[0] is before.body[0] and after.body[2] is before.body[2]
+    again = summarize(edited, "m", False, "m.py")
+    assert again == summarize_whole(edited, "m", False, "m.py")[0]
+    assert again["functions"][0] is summary["functions"][0]  # `build` kept as it was
