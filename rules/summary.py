@@ -123,6 +123,26 @@ def statement_groups(body: List[ast.stmt]) -> List[List[ast.stmt]]:
     return groups
 
 
+def summarize_group(stmts: List[ast.stmt], source: str, module: str, is_package: bool, before: ModuleState,
+                    top: frozenset) -> Optional[Tuple[Group, ModuleState]]:
+    """One group of top-level statements of `source` summarised alone, as `summarize_whole` would
+    with the module-level state `before` and the module-level names `top`, and the state after
+    it; None when it cannot be (a `if step % n: return` at the top level, absurd nesting)."""
+    if any(_skips_unless_periodic(stmt) for stmt in stmts):
+        return None
+    scratch: Dict[str, Any] = {"imports": dict(before.imports), "functions": [], "calls": [], "regions": [],
+                               "classes": {}}
+    summarizer = _Summarizer(scratch, source, module, is_package)
+    summarizer.top = {name: f"{module}.{name}" for name in top}
+    scope = _Scope(f"{module}.{MODULE_LEVEL}", None)
+    scope.locals, scope.periodic = dict(before.names), set(before.periodic)
+    try:
+        group = summarizer.group(stmts, scope, before)
+    except RecursionError:
+        return None
+    return group, summarizer.state(scope, None)
+
+
 def _first_row(node: ast.stmt) -> int:
     return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
 

@@ -101,23 +101,15 @@ def resummarize(known: _Known, source: str, is_package: bool) -> Optional[Tuple[
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     stmts = S.statement_groups(tree.body)
-    if len(stmts) != 1 or S._first_row(stmts[0][0]) != old.first or any(
-            S._skips_unless_periodic(s) for s in stmts[0]):
+    if len(stmts) != 1:
         return None
-    module = known.summary["module"]
-    scratch = {"imports": dict(old.before.imports), "functions": [], "calls": [], "regions": [], "classes": {}}
-    summarizer = S._Summarizer(scratch, source, module, is_package)
-    summarizer.top = {name: f"{module}.{name}" for g in groups for name in g.top}
-    scope = S._Scope(f"{module}.{S.MODULE_LEVEL}", None)
-    scope.locals = dict(old.before.names)
-    scope.periodic = set(old.before.periodic)
-    try:
-        group = summarizer.group(stmts[0], scope, old.before)
-    except RecursionError:
+    found = S.summarize_group(stmts[0], source, known.summary["module"], is_package, old.before,
+                              frozenset(name for g in groups for name in g.top))
+    if found is None or found[0].first != old.first:
         return None
+    group, state = found
     state_after = after.before if after is not None else old_table.after
-    if (group.last != last or group.top != old.top or summarizer.imports != state_after.imports
-            or scope.locals != state_after.names or scope.periodic != state_after.periodic):
+    if group.last != last or group.top != old.top or state != state_after:
         return None  # what the other groups read changed
     new_groups = [*groups[:index], group, *(_moved(g, delta) for g in groups[index + 1:])]
     summary = dict(known.summary)

@@ -1,9 +1,10 @@
 """One analysis of one document or notebook, run in a worker thread.
 
 Everything here is plain computation on a snapshot taken on the event loop: resolve the settings,
-ask the project graph what it knows of the file, call the engine (`check_text` / `check_cells`),
-keep the last good findings of a part that no longer parses, and convert the findings to LSP
-diagnostics. Nothing here touches the connection.
+ask the project graph what it knows of the file, call the engine (`check_text` / `check_cells`,
+with the file's `Reparser`, which the analysis brings up to this version: the one state it
+changes), keep the last good findings of a part that no longer parses, and convert the findings
+to LSP diagnostics. Nothing here touches the connection.
 """
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ off the stream.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import sys
