@@ -179,10 +179,9 @@ class Documents:
             try:
                 result = await loop.run_in_executor(self.pool, self._analyse, unit, snap, editor, dict(unit.good),
                                                     generation)
-            except Stale:
+            except Stale:  # as a result dropped below: the newer version's run answers the waiting requests
                 log.debug("stopped analysing %s generation %d: generation %d arrived", unit.key, generation,
                           unit.generation)
-                self._release(unit)
                 return None
             except Exception:  # an engine bug costs this one analysis, never the server
                 log.exception("perflsp: analysing %s failed", unit.key)
