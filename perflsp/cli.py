@@ -80,7 +80,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "rule":
             return _rule(args)
         if args.command == "serve":
-            from perflsp.server.app import serve
+            from perflsp.server import main as serve
 
             return serve(tcp=args.tcp)
     except ConfigError as exc:

@@ -77,13 +77,13 @@ _INDEX_LIKE = frozenset({"idx", "i", "step", "epoch", "batch_idx", "dataloader_i
 
 class ModuleContext:
     def __init__(self, module: cst.Module, settings: Settings, hot: Optional[HotMap] = None, path: str = "<stdin>",
-                 line_label: Callable[[int], str] = lambda row: f"line {row}"):
+                 line_label: Callable[[int], str] = lambda row: f"line {row}", walk: Optional[Walk] = None):
         self.module = module
         self.hot = hot or HotMap.for_source(module.code, path, settings, line_label)
         self.line_label = line_label  # notebooks name rows as "line 2 of cell 3"
         self.settings = settings
         self.path = path
-        self.walk = Walk(module)
+        self.walk = walk or Walk(module)
         self._scopes: Dict[Optional[FunctionInfo], Dict[str, List[Binding]]] = {}
         for binding in self.walk.bindings:
             self._scopes.setdefault(binding.frame.function, {}).setdefault(binding.name, []).append(binding)

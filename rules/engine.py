@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import logging
 import re
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
@@ -21,6 +21,10 @@ from perflsp.rules.hotness import COLD_CODE, Hot, HotMap
 from perflsp.rules.summary import source_lines
 from perflsp.rules.registry import enabled_rules, outranking_rules
 from perflsp.rules.rule import Report, Rule
+from perflsp.rules.walk import Walk
+
+if TYPE_CHECKING:
+    from perflsp.rules.reparse import Reparser
 
 log = logging.getLogger("perflsp")
 
@@ -33,11 +37,13 @@ _POSITION_IN_MESSAGE = re.compile(r"error at \d+:\d+: ")
 
 def check_source(source: str, path: str, settings: Settings,
                  line_label: Optional[Callable[[int], str]] = None,
-                 facts: Optional[Dict[str, Any]] = None) -> List[Finding]:
+                 facts: Optional[Dict[str, Any]] = None, reparser: "Optional[Reparser]" = None) -> List[Finding]:
     """All findings for `source`, sorted; a file that does not parse yields one PFL000 finding.
 
     `line_label` names a row in messages (notebooks say "line 2 of cell 3"). `facts` is what the
     project graph knows about this file (`Project.facts`); without it the file is judged alone.
+    `reparser` holds the tree and the walk of the file's previous version (the language server's
+    open files): only the statements an edit changed are parsed and walked again.
     """
     comments = suppress.comments_by_row(source)
     if suppress.ignores_file(source, comments):
@@ -49,7 +55,11 @@ def check_source(source: str, path: str, settings: Settings,
     if too_deep is not None:
         return [not_analysed(path, too_deep.row, too_deep.column, too_deep.message)]
     try:
-        return _check_module(cst.parse_module(source), source, path, settings, line_label, facts, comments)
+        module = reparser.parse(source) if reparser is not None else cst.parse_module(source)
+        walk = Walk(module, reparser.walk if reparser is not None else None)
+        if reparser is not None:
+            reparser.walk = walk
+        return _check_module(module, walk, source, path, settings, line_label, facts, comments)
     except PARSE_ERRORS as exc:
         return [_syntax_error(source, path, exc)]
     except RecursionError:  # within the limits, yet deeper than Python's stack allows a walk of the tree
@@ -61,12 +71,12 @@ def _shallow(facts: Optional[Dict[str, Any]]) -> bool:
     return depth is not None and depth <= min(limits.MAX_BRACKETS, limits.MAX_CHAIN)
 
 
-def _check_module(module: cst.Module, source: str, path: str, settings: Settings,
+def _check_module(module: cst.Module, walk: Walk, source: str, path: str, settings: Settings,
                   line_label: Optional[Callable[[int], str]], facts: Optional[Dict[str, Any]],
                   comments: Dict[int, str]) -> List[Finding]:
     label = line_label or (lambda row: f"line {row}")
     hot = HotMap(facts, source_lines(source), label) if facts else HotMap.for_source(source, path, settings, label)
-    ctx = ModuleContext(module, settings, hot, path, label)
+    ctx = ModuleContext(module, settings, hot, path, label, walk)
     candidates: List[Tuple[Rule, Report]] = []
     enabled = enabled_rules(settings, path)
     for rule in [*enabled, *outranking_rules(settings, path)]:

@@ -23,11 +23,14 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import perflsp
 from perflsp.config import Settings, settings_for
 from perflsp.findings import Finding
+
+if TYPE_CHECKING:
+    from perflsp.rules.reparse import Reparser
 
 log = logging.getLogger("perflsp")
 
@@ -139,16 +142,18 @@ class _SettingsByFolder:
 
 # --- one file -----------------------------------------------------------------------------------
 
-def check_text(text: str, path: str, settings: Settings, facts: Optional[Dict[str, Any]] = None) -> List[Finding]:
+def check_text(text: str, path: str, settings: Settings, facts: Optional[Dict[str, Any]] = None,
+               reparser: "Optional[Reparser]" = None) -> List[Finding]:
     """Findings for a file's text, notebooks included (a bad notebook raises NotebookError).
-    `facts` come from the project graph; notebooks and files checked alone are judged by themselves."""
+    `facts` come from the project graph; notebooks and files checked alone are judged by themselves.
+    `reparser` holds the tree of the file's previous version (the language server's open files)."""
     if path.endswith(".ipynb"):
         from perflsp.rules.notebook import check_cells, read_cells
 
         return check_cells(read_cells(text), path, settings)
     from perflsp.rules.engine import check_source
 
-    return check_source(text, path, settings, facts=facts)
+    return check_source(text, path, settings, facts=facts, reparser=reparser)
 
 
 def read_text(path: Path) -> str:

@@ -12,7 +12,7 @@ import fnmatch
 import re
 import warnings
 from functools import lru_cache
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from perflsp.rules.hot_table import (
     ACCUMULATION, COLD_FUNCTIONS, COLD_PREFIXES, HOT_COMMENT, HOT_MARKERS, LAZY_READY, LOADER_ITERABLE,
@@ -48,7 +48,22 @@ def source_lines(source: str) -> List[str]:
 
 
 def summarize(source: str, module: str, is_package: bool = False, path: str = "") -> Dict[str, Any]:
-    """The summary of one file's source; a file `ast` cannot parse gets an empty one."""
+    """The summary of one file's source; a file `ast` cannot parse gets an empty one.
+
+    The summaries of the last few texts are remembered: the same text again costs nothing, and a
+    text that differs from a remembered one inside one top-level statement is summarised again
+    for that statement only (`perflsp.rules.summary_delta`). Treat the result as read-only.
+    """
+    from perflsp.rules import summary_delta
+
+    return summary_delta.summarize_reusing(source, module, is_package, path)
+
+
+def summarize_whole(source: str, module: str, is_package: bool = False, path: str = ""
+                    ) -> Tuple[Dict[str, Any], Optional["Table"]]:
+    """The summary of the whole text, and what each group of top-level statements added to it
+    (None when the groups cannot be told apart: the text did not parse, or a top-level
+    `if step % n: return` makes the rest of the module one periodic region)."""
     summary: Dict[str, Any] = {
         "version": VERSION, "module": module, "test": bool(TEST_FILE.search(path.replace("\\", "/"))),
         "imports": {}, "classes": {}, "functions": [], "calls": [], "regions": [],
@@ -59,14 +74,82 @@ def summarize(source: str, module: str, is_package: bool = False, path: str = ""
             warnings.simplefilter("ignore")
             tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return summary
+        return summary, None
+    table = None
     try:
         summarizer = _Summarizer(summary, source, module, is_package)
-        summarizer.visit_module(tree)
+        table = summarizer.visit_module(tree)
         summary["depth"] = summarizer.depth
     except RecursionError:  # absurdly nested code: what was summarised so far stands, its depth unknown
-        pass
-    return summary
+        table = None
+    return summary, table
+
+
+class ModuleState(NamedTuple):
+    """What summarising a top-level statement reads of the statements before it."""
+
+    imports: Dict[str, str]
+    names: Dict[str, str]  # module-level defs and classes seen so far: name -> key
+    periodic: frozenset  # module-level names bound to "is this a logging step"
+
+
+class Group:
+    """Top-level statements that share rows (`a = 1; b = 2`), and what summarising them added."""
+
+    __slots__ = ("first", "last", "before", "top", "functions", "calls", "regions", "classes", "depth")
+
+    def __init__(self, first: int, last: int, before: ModuleState, top: frozenset):
+        self.first, self.last = first, last  # rows of its code, decorators included
+        self.before = before
+        self.top = top  # the module-level names it defines (`_top_level`)
+        self.functions: List[Dict[str, Any]] = []
+        self.calls: List[list] = []
+        self.regions: List[list] = []
+        self.classes: Dict[str, Dict[str, Any]] = {}
+        self.depth = 0
+
+
+class Table(NamedTuple):
+    groups: List[Group]
+    after: ModuleState  # the state after the last group
+
+
+def statement_groups(body: List[ast.stmt]) -> List[List[ast.stmt]]:
+    """Top-level statements grouped by the rows they share: one group per libcst statement."""
+    groups: List[List[ast.stmt]] = []
+    last = 0
+    for node in body:
+        first = _first_row(node)
+        if groups and first <= last:
+            groups[-1].append(node)
+        else:
+            groups.append([node])
+        last = max(last, node.end_lineno or node.lineno)
+    return groups
+
+
+def summarize_group(stmts: List[ast.stmt], source: str, module: str, is_package: bool, before: ModuleState,
+                    top: frozenset) -> Optional[Tuple[Group, ModuleState]]:
+    """One group of top-level statements of `source` summarised alone, as `summarize_whole` would
+    with the module-level state `before` and the module-level names `top`, and the state after
+    it; None when it cannot be (a `if step % n: return` at the top level, absurd nesting)."""
+    if any(_skips_unless_periodic(stmt) for stmt in stmts):
+        return None
+    scratch: Dict[str, Any] = {"imports": dict(before.imports), "functions": [], "calls": [], "regions": [],
+                               "classes": {}}
+    summarizer = _Summarizer(scratch, source, module, is_package)
+    summarizer.top = {name: f"{module}.{name}" for name in top}
+    scope = _Scope(f"{module}.{MODULE_LEVEL}", None)
+    scope.locals, scope.periodic = dict(before.names), set(before.periodic)
+    try:
+        group = summarizer.group(stmts, scope, before)
+    except RecursionError:
+        return None
+    return group, summarizer.state(scope, None)
+
+
+def _first_row(node: ast.stmt) -> int:
+    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
 
 
 class _Scope:
@@ -93,11 +176,45 @@ class _Summarizer:
 
     # -- statements -------------------------------------------------------------------------------
 
-    def visit_module(self, tree: ast.Module) -> None:
+    def visit_module(self, tree: ast.Module) -> Optional["Table"]:
         for node in _top_level(tree.body):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.top[node.name] = f"{self.module}.{node.name}"
-        self.block(tree.body, _Scope(f"{self.module}.{MODULE_LEVEL}", None))
+        scope = _Scope(f"{self.module}.{MODULE_LEVEL}", None)
+        if any(_skips_unless_periodic(stmt) for stmt in tree.body):
+            self.block(tree.body, scope)
+            return None
+        groups: List[Group] = []
+        for stmts in statement_groups(tree.body):
+            groups.append(self.group(stmts, scope, self.state(scope, groups[-1].before if groups else None)))
+        return Table(groups, self.state(scope, groups[-1].before if groups else None))
+
+    def state(self, scope: "_Scope", last: Optional[ModuleState]) -> ModuleState:
+        """The module-level state now; the last one itself when nothing changed (most statements)."""
+        if last is not None and last.imports == self.imports and last.names == scope.locals and last.periodic == scope.periodic:
+            return last
+        return ModuleState(dict(self.imports), dict(scope.locals), frozenset(scope.periodic))
+
+    def group(self, stmts: List[ast.stmt], scope: "_Scope", before: ModuleState) -> Group:
+        """Summarise one group of top-level statements into lists of its own (joined by the caller)."""
+        group = Group(_first_row(stmts[0]), max(s.end_lineno or s.lineno for s in stmts), before,
+                      frozenset(n.name for n in _top_level(stmts)
+                                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))))
+        whole = self.out
+        self.out = {"functions": group.functions, "calls": group.calls, "regions": group.regions,
+                    "classes": group.classes}
+        depth, self.depth = self.depth, 0
+        try:
+            for stmt in stmts:
+                self.statement(stmt, scope)
+        finally:
+            self.out = whole
+            group.depth, self.depth = self.depth, max(depth, self.depth)
+        whole["functions"].extend(group.functions)
+        whole["calls"].extend(group.calls)
+        whole["regions"].extend(group.regions)
+        whole["classes"].update(group.classes)
+        return group
 
     def block(self, body: List[ast.stmt], scope: _Scope) -> None:
         for index, stmt in enumerate(body):

@@ -118,9 +118,15 @@ class Binding:
 
 
 class Walk:
-    """Everything the single pass collects; `ModuleContext` builds its queries on top."""
+    """Everything the single pass collects; `ModuleContext` builds its queries on top.
 
-    def __init__(self, module: cst.Module):
+    What a top-level statement yields depends on that statement alone (its nodes, frames,
+    functions, classes and bindings; imports are merged in order), so a walk of the next version
+    of a file (`previous`) takes the parts of the statements that are the very same nodes (the
+    ones `Reparser` kept) and walks only the others.
+    """
+
+    def __init__(self, module: cst.Module, previous: Optional["Walk"] = None):
         self.module = module
         self.parents: Dict[cst.CSTNode, cst.CSTNode] = {}
         self.by_type: Dict[Type[cst.CSTNode], List[Tuple[cst.CSTNode, Frame]]] = {}
@@ -129,20 +135,56 @@ class Walk:
         self.bindings: List[Binding] = []
         self.imports: Dict[str, str] = {}  # local name -> qualified name
         self.module_calls: List[Tuple[cst.Call, Frame]] = []  # calls outside any function
-        self.root = Frame(None, None, (), ())
-        self._run()
+        self.root = previous.root if previous is not None else Frame(None, None, (), ())
+        # id of a top-level statement -> (the statement, what walking it found)
+        self.parts: Dict[int, Tuple[cst.CSTNode, _Part]] = {}
+        known = previous.parts if previous is not None else {}
+        for stmt in module.body:
+            found = known.get(id(stmt))
+            part = found[1] if found is not None and found[0] is stmt else self._part(stmt)
+            self.parts[id(stmt)] = (stmt, part)
+            self._merge(part)
+        for stmt in module.body:
+            self.parents[stmt] = module
 
     def nodes(self, node_type: Type[cst.CSTNode]) -> List[Tuple[cst.CSTNode, Frame]]:
         return self.by_type.get(node_type, [])
 
+    def _merge(self, part: "_Part") -> None:
+        self.parents.update(part.parents)
+        by_type = self.by_type
+        for node_type, found in part.by_type.items():
+            bucket = by_type.get(node_type)
+            if bucket is None:
+                by_type[node_type] = list(found)
+            else:
+                bucket.extend(found)
+        self.functions.extend(part.functions)
+        self.classes.extend(part.classes)
+        self.bindings.extend(part.bindings)
+        self.imports.update(part.imports)
+        self.module_calls.extend(part.module_calls)
+
     # -- traversal ------------------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _part(self, stmt: cst.CSTNode) -> "_Part":
+        """Walk one top-level statement into a part of its own (the handlers write to `self`)."""
+        part = _Part()
+        whole = (self.parents, self.by_type, self.functions, self.classes, self.bindings, self.imports, self.module_calls)
+        (self.parents, self.by_type, self.functions, self.classes, self.bindings, self.imports,
+         self.module_calls) = (part.parents, part.by_type, part.functions, part.classes, part.bindings, part.imports,
+                               part.module_calls)
+        try:
+            self._run(stmt)
+        finally:
+            (self.parents, self.by_type, self.functions, self.classes, self.bindings, self.imports,
+             self.module_calls) = whole
+        return part
+
+    def _run(self, stmt: cst.CSTNode) -> None:
         # An explicit stack instead of recursion: deeply nested expressions must not hit the
         # interpreter's recursion limit (`_walk` handles the few nodes that change the frame).
-        stack: List[Tuple[cst.CSTNode, cst.CSTNode, Frame]] = []
-        for stmt in reversed(self.module.body):
-            stack.append((stmt, self.module, self.root))
+        stack: List[Tuple[cst.CSTNode, cst.CSTNode, Frame]] = [(stmt, self.module, self.root)]
         parents = self.parents
         by_type = self.by_type
         special = _SPECIAL
@@ -306,6 +348,21 @@ class Walk:
             cls = frame.class_info
             if cls is not None and value is not None and how == "assign":
                 cls.attr_bindings.setdefault(target.attr.value, []).append((value, frame))
+
+
+class _Part:
+    """What walking one top-level statement found, in the order the walk found it."""
+
+    __slots__ = ("parents", "by_type", "functions", "classes", "bindings", "imports", "module_calls")
+
+    def __init__(self) -> None:
+        self.parents: Dict[cst.CSTNode, cst.CSTNode] = {}
+        self.by_type: Dict[Type[cst.CSTNode], List[Tuple[cst.CSTNode, Frame]]] = {}
+        self.functions: List[FunctionInfo] = []
+        self.classes: List[ClassInfo] = []
+        self.bindings: List[Binding] = []
+        self.imports: Dict[str, str] = {}
+        self.module_calls: List[Tuple[cst.Call, Frame]] = []
 
 
 def _all_params(params: cst.Parameters):

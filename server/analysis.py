@@ -1,9 +1,10 @@
 """One analysis of one document or notebook, run in a worker thread.
 
 Everything here is plain computation on a snapshot taken on the event loop: resolve the settings,
-ask the project graph what it knows of the file, call the engine (`check_text` / `check_cells`),
-keep the last good findings of a part that no longer parses, and convert the findings to LSP
-diagnostics. Nothing here touches the connection.
+ask the project graph what it knows of the file, call the engine (`check_text` / `check_cells`,
+with the file's `Reparser`, which the analysis brings up to this version: the one state it
+changes), keep the last good findings of a part that no longer parses, and convert the findings
+to LSP diagnostics. Nothing here touches the connection.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from lsprotocol import types as T
 
@@ -23,6 +24,7 @@ from perflsp.server import convert
 from perflsp.server.settings import EditorSettings, Resolved, resolve
 
 if TYPE_CHECKING:
+    from perflsp.rules.reparse import Reparser
     from perflsp.rules.runner import FactsOf
 
 log = logging.getLogger("perflsp.server")
@@ -83,6 +85,8 @@ class Result:
     degraded: bool = False  # some part did not parse: findings were carried over, not a new baseline
     facts_key: Optional[str] = None  # digest of the per-step facts a file was judged with (None: a notebook)
     cold: bool = False  # ran while the engine was warming up: `elapsed_s` is not what it costs
+    cpu_s: float = 0.0  # CPU time of the analysis (its thread's): what it costs, whatever else the machine runs
+    incremental: bool = False  # the file's tree came from re-parsing the statements an edit changed
 
     def part(self, uri: str) -> Optional[PartResult]:
         return self.parts.get(uri)
@@ -91,13 +95,20 @@ class Result:
 Good = Dict[str, Tuple[str, List[Finding]]]  # per part uri: text and findings of the last version that parsed
 
 
+class Stale(Exception):
+    """A newer version arrived while this one was analysed: the rest of the work is thrown away."""
+
+
 def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: Good,
-            facts_of: "Optional[FactsOf]" = None) -> Result:
+            facts_of: "Optional[FactsOf]" = None, reparser: "Optional[Reparser]" = None,
+            stale: Callable[[], bool] = lambda: False) -> Result:
     """Findings and diagnostics for a snapshot (worker thread). A file is judged with the facts
-    `facts_of` gives (its workspace folder's graph); notebooks are judged alone, as by `perflsp check`."""
+    `facts_of` gives (its workspace folder's graph); notebooks are judged alone, as by `perflsp check`.
+    `reparser` keeps the file's last tree, so that an edit costs a parse of the statement it
+    changed. Raises `Stale` between steps once `stale()` says a newer version arrived."""
     from perflsp.rules.runner import MAX_FILE_BYTES
 
-    started = time.perf_counter()
+    started = time.perf_counter(), time.thread_time()
     cold = WARMING.is_set()
     resolved = resolve(snap.path, editor)
     settings = resolved.settings
@@ -121,7 +132,9 @@ def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: 
         if facts is None:  # judged alone, as the engine would; kept so that a graph that agrees costs no second analysis
             facts = single_file_facts(part.text, str(snap.path), settings.hot_functions)
         facts_key = facts_digest(facts)
-        by_part[part.uri] = check_text(part.text, str(snap.path), settings, facts)
+        if stale():
+            raise Stale()
+        by_part[part.uri] = check_text(part.text, str(snap.path), settings, facts, reparser)
     else:
         from perflsp.rules.notebook import check_cells
 
@@ -137,6 +150,8 @@ def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: 
         index = snap.cells[cell - 1] if cell and cell <= len(snap.cells) else None
         return (snap.parts[index].uri, snap.parts[index].lines) if index is not None else None
 
+    if stale():
+        raise Stale()
     # A notebook cell that does not parse is left out of the program, which can make code in the
     # other cells look cold (the loop that called it is gone). While any part is broken, every
     # part keeps its last good findings on unchanged lines, beside what the engine says now.
@@ -164,14 +179,16 @@ def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: 
             diagnostics.append(d)
         parts[part.uri] = PartResult(part, kept + syntax, diagnostics, not syntax, result_id(diagnostics))
     result = Result(snap.key, snap.generation, parts, resolved, facts_key=facts_key)
+    result.incremental = reparser is not None and reparser.spliced and snap.cells is None
     result.degraded = degraded
     result.cold = cold or WARMING.is_set()
     return _finish(result, started, snap)
 
 
-def _finish(result: Result, started: float, snap: Snapshot) -> Result:
+def _finish(result: Result, started: Tuple[float, float], snap: Snapshot) -> Result:
     result.snapshot = snap
-    result.elapsed_s = time.perf_counter() - started
+    result.elapsed_s = time.perf_counter() - started[0]
+    result.cpu_s = time.thread_time() - started[1]
     for part in result.parts.values():
         if not part.result_id:
             part.result_id = result_id(part.diagnostics)

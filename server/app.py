@@ -12,7 +12,6 @@ off the stream.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import sys
@@ -27,6 +26,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from perflsp import __version__
+from perflsp.server import START_UP_S, end_start_up
 from perflsp.server import actions, hover, notebooks, profiling, protocol, transport
 from perflsp.server import log as client_log
 from perflsp.server.analysis import WARMING, Part, Result, Snapshot
@@ -459,11 +459,6 @@ def _warm_engine() -> None:
             log.debug("perflsp: warming up the engine failed", exc_info=True)
         finally:
             WARMING.clear()
-        if GC_FREEZE:
-            # Imports, lsprotocol's types and the rule table live as long as the process:
-            # the collector need not walk them again in every full collection.
-            gc.collect()
-            gc.freeze()
 
     WARMING.set()
 
@@ -477,6 +472,9 @@ def serve(tcp: Optional[str] = None) -> int:
     is the CLI's contract, nothing returns in practice.
     """
     _warm_engine()
+    timer = threading.Timer(START_UP_S, end_start_up, (GC_FREEZE,))  # no document opened: it ends all the same
+    timer.daemon = True
+    timer.start()
     server = create_server()
     if tcp:
         host, sep, port = tcp.rpartition(":")

@@ -1,13 +1,15 @@
 """Scheduling analyses of open documents and notebooks: debounce, one run at a time, stale results dropped.
 
 Each open document (or notebook) is a `Unit` with a generation that every content change bumps.
-A change (re)starts the unit's debounce timer, unless the unit's last analysis was cheap (under
-`CHEAP_S`): then waiting would cost more than analysing, and the change is analysed at once, so a
-small file's diagnostics follow every keystroke; only expensive analyses are coalesced over the
-configured debounce. When the timer fires, the analysis runs in a worker thread
-(never on the event loop) while the unit's lock keeps a second analysis of the same unit from
-competing for the CPU. A result whose generation is no longer current is dropped: it is never
-published, stored or shown, whatever happened meanwhile.
+A change (re)starts the unit's debounce timer, unless the unit's analyses are cheap (under
+`CHEAP_S` of CPU time; an edit inside one statement of a file whose tree is kept re-parses that statement only,
+see `perflsp.rules.reparse`, and is cheap at any file size): then waiting would cost more than
+analysing, and the change is analysed at once, so diagnostics follow every keystroke; only
+expensive whole analyses are coalesced over the configured debounce. When the timer fires, the
+analysis runs in a worker thread (never on the event loop) while the unit's lock keeps a second
+analysis of the same unit from competing for the CPU; it analyses the latest version when it
+starts and stops between its steps once a newer one arrives. A result whose generation is no
+longer current is dropped: it is never published, stored or shown, whatever happened meanwhile.
 """
 from __future__ import annotations
 
@@ -15,19 +17,25 @@ import asyncio
 import gc
 import logging
 import os
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Deque, Dict, List, Optional, Set
 
-from perflsp.server.analysis import Good, Result, analyse
+from perflsp.server import end_start_up
+from perflsp.server.analysis import Good, Result, Stale, analyse
 
 if TYPE_CHECKING:
+    from perflsp.rules.reparse import Reparser
     from perflsp.server.app import PerflspServer
 
 log = logging.getLogger("perflsp.server")
 
-# An analysis that took less than this (wall clock, in the worker) is cheaper than the wait: the
-# next change of that unit is analysed at once instead of after the debounce.
+# Analyses that take less than this (the median CPU time of a unit's last `COSTS` analyses: one
+# slow analysis, or a machine busy with other work, does not make the next keystroke wait) are
+# cheaper than the wait: the next change of that unit is analysed at once instead of after the
+# debounce.
 CHEAP_S = float(os.environ.get("PERFLSP_CHEAP_MS", "50")) / 1000  # the variable is a benchmark knob
+COSTS = 3
 
 # After an analysis the objects that stay (imports, the project graph, results) are moved out of
 # the collector's sight (`gc.freeze`), so the next analysis' full collections do not walk them
@@ -35,6 +43,16 @@ CHEAP_S = float(os.environ.get("PERFLSP_CHEAP_MS", "50")) / 1000  # the variable
 # be freed, so every `THAW_EVERY` freezes the heap is thawed and collected once (after publishing).
 GC_FREEZE = os.environ.get("PERFLSP_GC_FREEZE", "1") != "0"  # the variable is a benchmark knob
 THAW_EVERY = 100
+
+# Each open file keeps the libcst tree of its last version that parsed, and the engine's walk of
+# it, so that an edit re-parses and re-walks only the statement it changed (`perflsp.rules.reparse`).
+# They take ~55 bytes per character of source (measured on timm's vision_transformer.py: 6 MB of
+# tree and 5.5 MB of walk for 200 kB); past this many bytes the trees of the files analysed
+# longest ago are dropped (their next edit parses the whole file).
+TREE_BYTES_PER_CHAR = 55
+MAX_TREE_BYTES = int(float(os.environ.get("PERFLSP_MAX_TREE_MB", "256")) * 2**20)
+# `PERFLSP_INCREMENTAL=0` parses (and summarises) every version whole: a benchmark knob.
+INCREMENTAL = os.environ.get("PERFLSP_INCREMENTAL", "1") != "0"
 
 
 class Unit:
@@ -51,7 +69,9 @@ class Unit:
         self.published: Set[str] = set()  # part uris that hold pushed diagnostics
         self.closed = False
         self.path: Optional[str] = None  # the resolved file path (None for notebooks and untitled documents)
-        self.cost_s: Optional[float] = None  # how long its last finished analysis took (None: none yet)
+        self.costs: Deque[float] = deque(maxlen=COSTS)  # CPU seconds of its last analyses (none yet: unknown)
+        self.reparser: Optional["Reparser"] = None  # its last tree (files only), made in a worker
+        self.analysed_at = 0  # when its last analysis was accepted (`Documents.accepted`), for the tree cap
 
     def current(self) -> bool:
         return self.result is not None and self.result.generation == self.generation
@@ -66,6 +86,7 @@ class Documents:
         self.in_flight = 0  # analyses running now; the workspace scan yields to them
         self.tasks: Set[asyncio.Task] = set()
         self.freezes = 0
+        self.accepted = 0
 
     # --- events ----------------------------------------------------------------------------------
 
@@ -89,9 +110,10 @@ class Documents:
 
     @staticmethod
     def debounce_s(unit: Unit, configured_s: float) -> float:
-        """The wait before analysing a change: none after a cheap analysis or before any was measured,
-        else the configured debounce."""
-        if unit.cost_s is None or unit.cost_s < CHEAP_S:
+        """The wait before analysing a change: none while the unit's analyses are cheap (an edit
+        inside one statement of a file whose tree is kept is, at any file size) or before any was
+        measured, else the configured debounce."""
+        if not unit.costs or sorted(unit.costs)[len(unit.costs) // 2] < CHEAP_S:  # the median (`statistics` costs 20 ms of start-up)
             return 0.0
         return configured_s
 
@@ -155,18 +177,22 @@ class Documents:
             log.debug("analysing %s generation %d (%s)", unit.key, generation, reason)
             self.in_flight += 1
             try:
-                result = await loop.run_in_executor(self.pool, analyse, snap, editor, self.server.encoder, dict(unit.good),
-                                                    self.server.projects.facts)
+                result = await loop.run_in_executor(self.pool, self._analyse, unit, snap, editor, dict(unit.good),
+                                                    generation)
+            except Stale:  # as a result dropped below: the newer version's run answers the waiting requests
+                log.debug("stopped analysing %s generation %d: generation %d arrived", unit.key, generation,
+                          unit.generation)
+                return None
             except Exception:  # an engine bug costs this one analysis, never the server
                 log.exception("perflsp: analysing %s failed", unit.key)
                 self._release(unit)
                 return None
             finally:
                 self.in_flight -= 1
-            # Measured even when the result turns out stale; an analysis that shared the CPU with
-            # the engine's warm-up says nothing (None: the next change is analysed at once, and a
-            # burst of changes meanwhile still makes one analysis, since runs wait on the lock).
-            unit.cost_s = None if result.cold else result.elapsed_s
+            # Measured even when the result turns out stale; an analysis that ran during the engine's
+            # warm-up (imports) says nothing of what analyses cost.
+            if not result.cold:
+                unit.costs.append(result.cpu_s)
         if unit.closed or unit.generation != generation:
             # A newer edit arrived while this version was analysed: its result is irrelevant
             # and must never reach the client (the newer version's own run publishes).
@@ -178,14 +204,27 @@ class Documents:
         self.accept(unit, result)
         return result
 
+    def _analyse(self, unit: Unit, snap, editor, good: Good, generation: int) -> Result:
+        """(worker, under the unit's lock) One analysis; it stops early once a newer version arrives."""
+        if unit.reparser is None and not unit.notebook and INCREMENTAL:
+            from perflsp.rules.reparse import Reparser  # imports libcst: never on the event loop
+
+            unit.reparser = Reparser()
+        return analyse(snap, editor, self.server.encoder, good, self.server.projects.facts, unit.reparser,
+                       lambda: unit.closed or unit.generation != generation)
+
     def accept(self, unit: Unit, result: Result) -> None:
+        self.accepted += 1
+        unit.analysed_at = self.accepted
+        self._cap_trees()
         unit.result = result
         if not result.degraded:  # only a program that parsed as a whole is the new baseline
             unit.good = {uri: (part.part.text, part.findings) for uri, part in result.parts.items()}
         if result.skipped:
             log.info("perflsp: %s not analysed: %s", unit.key, result.skipped)
         else:
-            log.debug("analysed %s generation %d in %.0f ms", unit.key, result.generation, result.elapsed_s * 1000)
+            log.debug("analysed %s generation %d in %.0f ms%s", unit.key, result.generation, result.elapsed_s * 1000,
+                      " (the statements edited parsed again)" if result.incremental else "")
         self.server.report_config(result.resolved)
         waiting = [w for w in unit.waiters if not w.done()]
         unit.waiters = []
@@ -193,7 +232,22 @@ class Documents:
             waiter.set_result(result)
         self.server.deliver(unit, result, pulled=bool(waiting))
         self.server.projects.analysed()
-        self.freeze()
+        if not gc.isenabled():  # the first analysis after start-up is published
+            end_start_up(GC_FREEZE)
+        else:
+            self.freeze()
+
+    def _cap_trees(self) -> None:
+        """Drop the trees of the files analysed longest ago while they take more than the cap
+        (never the tree of a file being analysed now)."""
+        held = [u for u in self.units.values() if u.reparser is not None and u.reparser.text is not None]
+        total = sum(len(u.reparser.text) for u in held) * TREE_BYTES_PER_CHAR  # type: ignore[union-attr, arg-type]
+        for unit in sorted(held, key=lambda u: u.analysed_at):
+            if total <= MAX_TREE_BYTES:
+                break
+            if not unit.lock.locked():
+                total -= len(unit.reparser.text) * TREE_BYTES_PER_CHAR  # type: ignore[union-attr, arg-type]
+                unit.reparser = None
 
     def freeze(self) -> None:
         """Hide what survived the analysis from the collector (see `GC_FREEZE`); never while another runs."""

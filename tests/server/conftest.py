@@ -9,6 +9,7 @@ recorded with its arrival time so tests can reason about debounce and stale resu
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
@@ -264,10 +265,12 @@ async def start(tmp_path: Path):
 
     async def _start(spec: str = NEOVIM, *, pull: bool = False, notebooks: bool = False,
                      settings: Optional[Dict[str, Any]] = None, init_options: Any = None,
-                     folders: Optional[Sequence[str]] = None, root: Optional[Path] = None) -> Session:
+                     folders: Optional[Sequence[str]] = None, root: Optional[Path] = None,
+                     env: Optional[Dict[str, str]] = None) -> Session:
         root = root or tmp_path / "ws"
         root.mkdir(parents=True, exist_ok=True)
-        config = ClientServerConfig(server_command=SERVER, client_factory=make_client)
+        config = ClientServerConfig(server_command=SERVER, client_factory=make_client,
+                                    server_env={**os.environ, **env} if env else None)
         client = await config.start()
         clients.append(client)
         if settings is not None:

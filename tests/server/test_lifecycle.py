@@ -113,3 +113,15 @@ def test_cli_serve_accepts_the_stdio_flag_editors_append():
     length = int(header.split(b"Content-Length: ")[1].split(b"\r\n")[0])
     first = json.loads(rest[:length])
     assert first["id"] == 1 and first["result"]["serverInfo"]["name"] == "perflsp"
+
+
+async def test_the_garbage_collector_is_off_during_start_up_only(start):
+    # Off from the start (collecting what start-up makes is wasted work), on again once the
+    # first analysis is published, so a long session never keeps its cyclic garbage.
+    session = await start(NEOVIM, init_options={"settings": {"logLevel": "debug"}})
+    uri = session.open("train.py", TRAIN)
+    await session.diagnostics(uri, version=1)
+    deadline = time.monotonic() + 10
+    while "start-up over: the garbage collector is on" not in session.log_text():
+        assert time.monotonic() < deadline, session.log_text()
+        await asyncio.sleep(0.02)
