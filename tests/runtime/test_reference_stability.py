@@ -11,6 +11,7 @@ fraction above 1 without a note giving its reason. Marked slow (25-35 s on 2 cor
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 import time
@@ -113,12 +114,19 @@ def test_regimes_and_dominant_lines_do_not_move(runs):
 
 
 def test_the_load_is_stated_in_the_verdict(runs):
-    stated = [r for results in runs.values() for r in results
-              if any(note.startswith(("the machine was busy", "the timed calls vary a lot")) for note in r["verdict"]["notes"])]
-    assert stated, "a core was burning throughout, yet no verdict says the machine was busy"
-    for result in stated:
-        [note] = [n for n in result["verdict"]["notes"] if n.startswith(("the machine was busy", "the timed calls"))]
-        assert "Effect: " in note
+    from perflsp.runtime.analysis import BUSY_LOAD
+
+    busy_runs = 0
+    for results in runs.values():
+        for result in results:
+            env, threads = result["environment"], result["device"]["threads"]
+            busy = result["environment"]["load_average_1m_before"] >= BUSY_LOAD + max(0, env["cpu_count"] - threads)
+            stated = [n for n in result["verdict"]["notes"] if n.startswith(("the machine was busy", "the timed calls"))]
+            if busy:
+                busy_runs += 1
+                assert len(stated) == 1 and stated[0].startswith("the machine was busy") and "Effect: " in stated[0]
+    if os.cpu_count() <= torch.get_num_threads():  # the burner takes one of our threads' cores
+        assert busy_runs, "a core was burning throughout, yet no verdict says the machine was busy"
 
 
 def test_no_fraction_above_one_without_its_reason(runs):
