@@ -33,7 +33,7 @@ NAMED_PARAMS = "named-params"  # model.named_parameters(): yields (name, tensor)
 
 # torch.<name> callables that do not return tensors.
 # `torch.cuda.synchronize()` and its siblings for other backends (`torch.cpu.synchronize` is a no-op).
-DEVICE_SYNC = re.compile(r"^torch\.(cuda|xpu|mps|accelerator)\.synchronize$")
+_DEVICE_SYNC = re.compile(r"^torch\.(cuda|xpu|mps|accelerator)\.synchronize$")
 # Host clocks: code that reads one is measuring, and must synchronize to measure the GPU's work.
 CLOCKS = frozenset({
     "time.perf_counter", "time.perf_counter_ns", "time.time", "time.time_ns", "time.monotonic",
@@ -126,6 +126,14 @@ class ModuleContext:
         if any(self._clock(call) for stmt in body[index + 1:index + 2] for call in self._calls(stmt)):
             return True
         return any(_synchronizes(self, stmt) for stmt in body if stmt is not child)
+
+    def is_synchronize(self, call: cst.Call) -> bool:
+        """`torch.cuda.synchronize()` (and its siblings for other backends), or `stream.synchronize()`,
+        `event.synchronize()`, `torch.cuda.current_stream().synchronize()`."""
+        qualname = self.qualname(call.func)
+        if qualname is not None:
+            return bool(_DEVICE_SYNC.match(qualname))
+        return self.method_name(call) == "synchronize" and not call.args
 
     def _calls(self, statement: cst.CSTNode) -> List[cst.Call]:
         return [n for n in self.descendants(statement) if isinstance(n, cst.Call)]
@@ -655,8 +663,7 @@ def _synchronizes(ctx: "ModuleContext", statement: cst.CSTNode) -> bool:
             and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.Call)):
         return False
     call = statement.body[0].value
-    qualname = ctx.qualname(call.func)
-    return bool(qualname and DEVICE_SYNC.match(qualname)) or (ctx.last_name(call.func) == "synchronize" and not call.args)
+    return ctx.is_synchronize(call) or (ctx.last_name(call.func) == "synchronize" and not call.args)
 
 
 def _trim(text: str, begin: int, end: int, parens: int) -> Tuple[int, int]:

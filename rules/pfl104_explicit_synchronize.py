@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Set, Tuple
+from typing import Iterator, List, Set, Tuple
 
 import libcst as cst
 
-from perflsp.rules.context import CLOCKS, DEVICE_SYNC, ModuleContext
+from perflsp.rules.context import CLOCKS, ModuleContext
 from perflsp.rules.rule import Invalid, Report, Rule
 from perflsp.rules.walk import Frame
 
@@ -97,7 +97,7 @@ class ExplicitSynchronize(Rule):
             qualname = ctx.qualname(call.func)  # type: ignore[attr-defined]
             if qualname in CLOCKS or ctx.method_name(call) == "elapsed_time":  # type: ignore[arg-type]
                 timed_loops.update(frame.loops)
-            elif _is_synchronize(ctx, call, qualname):  # type: ignore[arg-type]
+            elif ctx.is_synchronize(call):  # type: ignore[arg-type]
                 syncs.append((call, frame))  # type: ignore[arg-type]
         for call, frame in syncs:
             # Timing code needs the synchronization to measure anything.
@@ -110,13 +110,6 @@ class ExplicitSynchronize(Rule):
                 f"the GPU's queue empties {how_often}; remove it (one stream is already ordered), "
                 "use `wait_stream`/`wait_event` between streams, or synchronize once after the loop",
             )
-
-
-def _is_synchronize(ctx: ModuleContext, call: cst.Call, qualname: Optional[str]) -> bool:
-    if qualname is not None:
-        return bool(DEVICE_SYNC.match(qualname))
-    # `stream.synchronize()`, `event.synchronize()`, `torch.cuda.current_stream().synchronize()`
-    return ctx.method_name(call) == "synchronize" and not call.args
 
 
 def _how_often(ctx: ModuleContext, node: cst.CSTNode, loop: cst.CSTNode) -> str:
