@@ -472,7 +472,7 @@ def _rare_block(node: ast.If, periodic_names: set) -> Optional[str]:
     attribute = _none_tested_attribute(test)
     if attribute is not None and _initialises(node.body, attribute):
         return LAZY
-    if _negated(test) is not None and _predicate(_negated(test), LAZY_READY):
+    if _not_predicate(test, LAZY_READY):
         return LAZY
     return None
 
@@ -484,7 +484,7 @@ def _skips_unless_periodic(stmt: ast.stmt) -> bool:
             and isinstance(stmt.body[0], (ast.Return, ast.Continue))):
         return False
     test = stmt.test
-    if _negated(test) is not None and _predicate(_negated(test), PERIODIC_PREDICATE):
+    if _not_predicate(test, PERIODIC_PREDICATE):
         return True
     if isinstance(test, ast.BinOp) and isinstance(test.op, ast.Mod):
         modulo = test
@@ -539,9 +539,9 @@ def _fails(body: List[ast.stmt]) -> bool:
             and ".".join(reversed(_names(last.value.func))) in _EXITS)
 
 
-def _negated(test: ast.expr) -> Optional[ast.expr]:
-    """`x` of `not x`."""
-    return test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else None
+def _not_predicate(test: ast.expr, names: "re.Pattern[str]") -> bool:
+    """`not <predicate>` (see `_predicate`)."""
+    return isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and _predicate(test.operand, names)
 
 
 def _predicate(test: ast.expr, names: "re.Pattern[str]") -> bool:
