@@ -5,8 +5,9 @@ a `.to(device)` copies from the host only when the tensor is there. `placement` 
 evidence in the file: factories without `device=` (the CPU, unless a `with torch.device(...)`
 block or `torch.set_default_device` says otherwise), `.cpu()`, `torch.from_numpy`, batches of a
 `DataLoader` built here, code that DataLoader workers run (`collate_fn`, `Dataset.__getitem__`),
-`.to(device)` / `.cuda()`, what tokenizers return, and what operations keep: an op's result lives where its tensor inputs
-live. Unknown stays unknown: the rules then behave as if the tensor may be on the GPU.
+`.to(device)` / `.cuda()`, what tokenizers return, and what operations keep: an op's result lives
+where its tensor inputs live. Unknown stays unknown: the rules then behave as if the tensor may be
+on the GPU.
 """
 from __future__ import annotations
 
