@@ -116,16 +116,46 @@ class ModuleContext:
         `synchronize()`), or the next one reads a host clock (a sync there, `loss.item()` then
         `t1 = time.perf_counter()`, is what makes the time right). A sync at `node` then adds no
         stall: the queue is drained on every pass anyway."""
+        place = self._statement(node)
+        if place is None:
+            return False
+        body, index = place
+        if any(self._clock(call) for stmt in body[index + 1:index + 2] for call in self._calls(stmt)):
+            return True
+        return any(_synchronizes(self, stmt) for i, stmt in enumerate(body) if i != index)
+
+    def back_to_back(self, nodes: List[cst.CSTNode]) -> List[List[cst.CSTNode]]:
+        """`nodes` (in source order) in runs that follow one another: in the same statement, or in
+        the statement right after the last one's (a loop whose last statement holds one counts as
+        ending with it). Syncs in such a run wait once: the first drains the queue, and the next
+        ones find only the little work queued since."""
+        runs: List[List[cst.CSTNode]] = []
+        run_at: Dict[cst.CSTNode, List[cst.CSTNode]] = {}  # statement -> the run it holds
+        for node in nodes:
+            place = self._statement(node)
+            if place is None:
+                runs.append([node])
+                continue
+            body, index = place
+            run = run_at.get(body[index])
+            if run is None and index > 0:
+                run = run_at.get(_last_statement(body[index - 1]))
+            if run is None:
+                run = []
+                runs.append(run)
+            run.append(node)
+            run_at[body[index]] = run
+        return runs
+
+    def _statement(self, node: cst.CSTNode) -> Optional[Tuple[List[cst.CSTNode], int]]:
+        """The statements of the block that holds `node`, and the index of the one holding it."""
         child, parent = node, self.parent(node)
         while parent is not None and not isinstance(parent, (cst.IndentedBlock, cst.Module)):
             child, parent = parent, self.parent(parent)
         if parent is None:
-            return False
+            return None
         body = list(parent.body)
-        index = next(i for i, stmt in enumerate(body) if stmt is child)
-        if any(self._clock(call) for stmt in body[index + 1:index + 2] for call in self._calls(stmt)):
-            return True
-        return any(_synchronizes(self, stmt) for stmt in body if stmt is not child)
+        return body, next(i for i, stmt in enumerate(body) if stmt is child)
 
     def is_synchronize(self, call: cst.Call) -> bool:
         """`torch.cuda.synchronize()` (and its siblings for other backends), or `stream.synchronize()`,
@@ -654,6 +684,14 @@ class _SpanState(CodegenState):
     def after_codegen(self, node: cst.CSTNode) -> None:
         if id(node) in self.wanted:
             self.spans[id(node)][1] = len(self.tokens)
+
+
+def _last_statement(statement: cst.CSTNode) -> cst.CSTNode:
+    """The statement a loop or `with` runs last (a loop's body runs to its end on every pass; an
+    `if` or `try` may skip it)."""
+    while isinstance(statement, (cst.For, cst.While, cst.With)) and isinstance(statement.body, cst.IndentedBlock):
+        statement = statement.body.body[-1]
+    return statement
 
 
 def _synchronizes(ctx: "ModuleContext", statement: cst.CSTNode) -> bool:

@@ -5,7 +5,8 @@ a `.to(device)` copies from the host only when the tensor is there. `placement` 
 evidence in the file: factories without `device=` (the CPU, unless a `with torch.device(...)`
 block or `torch.set_default_device` says otherwise), `.cpu()`, `torch.from_numpy`, batches of a
 `DataLoader` built here, code that DataLoader workers run (`collate_fn`, `Dataset.__getitem__`),
-`.to(device)` / `.cuda()`, what tokenizers return, and what operations keep: an op's result lives
+the items a loop leaves where they came while it moves their siblings (`image = image.to(device)`
+but not `image_id`), `.to(device)` / `.cuda()`, what tokenizers return, and what operations keep: an op's result lives
 where its tensor inputs live. Unknown stays unknown: the rules then behave as if the tensor may be
 on the GPU.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -201,6 +202,44 @@ def _torch_loaders(ctx: ModuleContext, expr: cst.BaseExpression, frame: Frame) -
     return calls
 
 
+def _moves_the_others(ctx: ModuleContext, binding: Binding) -> bool:
+    """`for image, image_id in loader:` whose body moves `image` to the device but never
+    `image_id`: the batch arrives in host memory, and what the loop leaves there stays there."""
+    loop = ctx.parent(binding.value)  # type: ignore[arg-type]
+    if binding.index is None or not isinstance(loop, cst.For) or not isinstance(loop.target, (cst.Tuple, cst.List)):
+        return False
+    names = [e.value.value for e in loop.target.elements if isinstance(e.value, cst.Name)]
+    moved = {target.value for target, value in _rebindings(loop.body)
+             if isinstance(target, cst.Name) and target.value in names and _moves(ctx, value, target.value)}
+    return bool(moved) and binding.name not in moved
+
+
+def _rebindings(body: cst.CSTNode) -> Iterator[Tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """(target, value) of the body's own simple assignments, tuples unpacked pairwise."""
+    for stmt in body.body:  # type: ignore[attr-defined]
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                target, value = small.targets[0].target, small.value
+                if isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple):
+                    yield from ((t.value, v.value) for t, v in zip(target.elements, value.elements))
+                else:
+                    yield target, value
+
+
+def _moves(ctx: ModuleContext, value: cst.BaseExpression, name: str) -> bool:
+    """`name.to(device)`, `name.cuda()` (`.to(dtype)` alone moves nothing)."""
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+            and isinstance(value.func.value, cst.Name) and value.func.value.value == name):
+        return False
+    method = value.func.attr.value
+    if method != "to":
+        return method == "cuda"
+    target = to_device_arg(ctx, value)
+    return target is not None and target.value is not target_dtype(ctx, value)
+
+
 def _iterated(ctx: ModuleContext, iterable: cst.BaseExpression) -> cst.BaseExpression:
     """`loader` for `enumerate(loader)`, `tqdm(loader)`, `iter(loader)` and `loader` itself."""
     while isinstance(iterable, cst.Call) and iterable.args and (
@@ -303,7 +342,10 @@ class _Facts:
         if value is None or binding.how not in ("assign", "walrus", "for"):
             return None
         if binding.how == "for":
-            return self._items(value, frame, binding.index, depth)  # type: ignore[arg-type]
+            items = self._items(value, frame, binding.index, depth)  # type: ignore[arg-type]
+            if items is None and _moves_the_others(self.ctx, binding):
+                return _Place(HOST, False)
+            return items
         if binding.index is not None and isinstance(value, (cst.Tuple, cst.List)):
             elements = value.elements
             return self.place(elements[binding.index].value, frame, depth) if binding.index < len(elements) else None
@@ -316,13 +358,16 @@ class _Facts:
         ctx = self.ctx
         if isinstance(iterable, cst.Call) and ctx.builtin(iterable.func) == "enumerate" and iterable.args:
             return None if index == 0 else self._items(iterable.args[0].value, frame, None, depth)
+        if isinstance(iterable, cst.Call) and ctx.builtin(iterable.func) == "zip":
+            zipped = ctx.positional(iterable)
+            return self._items(zipped[index].value, frame, None, depth) if index is not None and index < len(zipped) else None
         if _torch_loaders(ctx, _iterated(ctx, iterable), frame):
             return _Place(HOST, False)  # a torch DataLoader yields batches in host memory
         if isinstance(iterable, (cst.List, cst.Tuple)):
             return _same([self.place(e.value, frame, depth) for e in iterable.elements])
-        if ctx.is_tensor(iterable, frame):
-            place = self.place(iterable, frame, depth)  # rows, or the parts of `x.split(n)`
-            return _Place(place.device, False) if place is not None else None
+        place = self.place(iterable, frame, depth)
+        if place is not None and (place.device == HOST or ctx.is_tensor(iterable, frame)):
+            return _Place(place.device, False)  # rows, or the parts of `x.split(n)`
         return None
 
     def _call(self, call: cst.Call, frame: Frame, depth: int) -> Optional[_Place]:

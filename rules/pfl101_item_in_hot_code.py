@@ -18,7 +18,9 @@ class ItemInHotCode(Rule):
         "kernel queued before it has finished, so the GPU's queue drains and the Python thread stalls. "
         "Once per step this turns an asynchronous pipeline into a lock-step one: the next step's "
         "kernels cannot be queued while the previous ones still run. Tensors known to live on the CPU "
-        "(made there, moved there, or built by DataLoader workers) are not reported."
+        "(made there, moved there, or built by DataLoader workers) are not reported. Reads back to back "
+        "(in one statement, or in statements that follow each other) wait once: they are one finding, "
+        "at the first, naming the others."
     )
     how_to_fix = (
         "Keep the value on the device (accumulate `running_loss += loss.detach()`) and call "
@@ -95,6 +97,7 @@ class ItemInHotCode(Rule):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
+        reads = {}
         for call, frame in ctx.nodes(cst.Call):
             if ctx.method_name(call) != "item" or call.args:
                 continue
@@ -103,10 +106,18 @@ class ItemInHotCode(Rule):
             # `.item()` is tensor-only but for numpy values, so unknown receivers are reported.
             if kind in (NUMPY, PYTHON) or on_host(ctx, receiver, frame) or ctx.waits_anyway(call):
                 continue
+            reads[call] = frame
+        # Reads back to back wait once: one finding for the first, naming the others.
+        for first, *rest in ctx.back_to_back(list(reads)):
+            also = ""
+            if rest:
+                named = ", ".join(f"`{ctx.code(call, 40)}`" for call in rest[:3]) + (" …" if len(rest) > 3 else "")
+                verb = "waits" if len(rest) == 1 else "wait"
+                also = f" (with {named} right after it, which then {verb} only for the work queued since)"
             yield self.report(
-                call, frame,
-                f"`{ctx.code(call)}` waits for the GPU to finish all queued work and copies the value "
-                "to the host, {where}; keep it on the device and read it once every N steps",
-                on_accelerator=placement(ctx, receiver, frame) == ACCELERATOR,
+                first, reads[first],
+                f"`{ctx.code(first)}` waits for the GPU to finish all queued work and copies the value "
+                f"to the host, {{where}}; keep it on the device and read it once every N steps{also}",
+                on_accelerator=any(placement(ctx, call.func.value, reads[call]) == ACCELERATOR
+                                   for call in (first, *rest)),
             )
-

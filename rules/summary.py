@@ -19,7 +19,7 @@ from perflsp.rules.hot_table import (
     ONE_OFF_FUNCTIONS, PERIODIC_PREDICATE, STEP_ITERABLE, STEP_RANGE_BOUND, TEST_FILE,
 )
 
-VERSION = 5  # bump when the shape or meaning of a summary changes (the cache keys on it)
+VERSION = 6  # bump when the shape or meaning of a summary changes (the cache keys on it)
 MODULE_LEVEL = "<module>"
 
 # Region kinds, innermost region decides: a step loop makes its body and callees per step,
@@ -30,6 +30,7 @@ STEP_LOOP, LOOP, COMPREHENSION, LAZY, PERIODIC = "step-loop", "loop", "comprehen
 # only when the step fails.
 FAILURE = "failure-path"
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+_WARNINGS = frozenset({"warnings.warn"})
 RARE_REGIONS = (LAZY, PERIODIC, FAILURE)
 # Call sites: what a call passes on to its callee. STEP: inside a step loop (per step whatever
 # the caller); COLD: inside a lazy-init, periodic or failure block (nothing); LOOP: inside another loop;
@@ -498,15 +499,24 @@ def _skips_unless_periodic(stmt: ast.stmt) -> bool:
 
 
 def _is_periodic(test: ast.expr, periodic_names: set) -> bool:
-    """A test that holds every N steps (see `_every_n_steps`), or a name bound to one."""
+    """A test that holds every N steps (see `_every_n_steps`), a name bound to one, or an `and`/`or`
+    with such a part at any depth (`is_last_step or (freq > 0 and is_valid_step)`: the last step
+    comes once). An `or` with a gradient-accumulation boundary holds on every optimizer step."""
+    if isinstance(test, ast.BoolOp):
+        if isinstance(test.op, ast.Or) and any(_accumulation_boundary(v) for v in test.values):
+            return False
+        return any(_is_periodic(v, periodic_names) for v in test.values)
     if isinstance(test, ast.Name) and test.id in periodic_names:
         return True
-    if isinstance(test, ast.BoolOp) and any(isinstance(v, ast.Name) and v.id in periodic_names for v in test.values):
-        return True
-    if any(_predicate(v, PERIODIC_PREDICATE) for v in (test.values if isinstance(test, ast.BoolOp) else [test])):
+    if _predicate(test, PERIODIC_PREDICATE):
         return True
     modulo = _modulo_in(test)
     return modulo is not None and _every_n_steps(modulo)
+
+
+def _accumulation_boundary(test: ast.expr) -> bool:
+    modulo = _modulo_in(test)
+    return modulo is not None and not _every_n_steps(modulo)
 
 
 def _every_n_steps(modulo: ast.BinOp) -> bool:
@@ -531,12 +541,16 @@ def _modulo_in(test: ast.expr) -> Optional[ast.BinOp]:
 
 
 def _fails(body: List[ast.stmt]) -> bool:
-    """The block ends the step with an error: its last statement raises or exits the program."""
+    """The block handles something gone wrong: its last statement raises or exits the program, or
+    one of its statements is a `warnings.warn` (a module that warns, then repairs its input)."""
     last = body[-1]
-    if isinstance(last, ast.Raise):
-        return True
-    return (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
-            and ".".join(reversed(_names(last.value.func))) in _EXITS)
+    return isinstance(last, ast.Raise) or _calls(last, _EXITS) or any(_calls(stmt, _WARNINGS) for stmt in body)
+
+
+def _calls(stmt: ast.stmt, functions: frozenset) -> bool:
+    """The statement is a bare call of one of `functions` (dotted names)."""
+    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+            and ".".join(reversed(_names(stmt.value.func))) in functions)
 
 
 def _not_predicate(test: ast.expr, names: "re.Pattern[str]") -> bool:

@@ -50,6 +50,16 @@ def _last_assigned(source: str, question):
     # Module attributes move with the module (buffers).
     ("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n        self.count = torch.tensor(0)\n"
      "    def forward(self):\n        x = self.count\n", None),
+    # The loop moves `image` to the device, not `image_id`: the batch came in host memory.
+    ("import torch\ndef f(loader, device):\n    for image, image_id in loader:\n        image = image.to(device)\n"
+     "        x = image_id\n", HOST),
+    ("import torch\ndef f(loader, device):\n    for image, ids in loader:\n        image = image.cuda()\n"
+     "        for caption, i in zip(image, ids):\n            x = i\n", HOST),
+    ("import torch\ndef f(loader, device):\n    for image, label in loader:\n"
+     "        image, label = image.to(device), label.to(device)\n        x = label\n", None),  # moved too
+    # A cast moves nothing: where the batch is stays unknown.
+    ("import torch\ndef f(loader):\n    for image, label in loader:\n        image = image.to(torch.float16)\n"
+     "        x = label\n", None),
 ])
 def test_placement(source, where):
     assert _last_assigned(source, placement) == where

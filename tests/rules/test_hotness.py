@@ -495,6 +495,42 @@ def test_a_name_bound_to_a_logging_step_test_is_periodic(tmp_path):
     assert _rows(found) == [("loop.py", 10)]  # the divisor names the accumulation boundary
 
 
+def test_a_validation_every_n_steps_or_at_the_last_step_is_periodic(tmp_path):
+    found = _project(tmp_path, {"loop.py": """
+        def train(model, loader, cfg, total):
+            for step, batch in enumerate(loader):
+                loss = model(batch)
+                is_last_step = step == total
+                is_valid_step = step % cfg.test_freq == 0
+                if is_last_step or (cfg.test_freq > 0 and is_valid_step):
+                    print(loss.item())
+                if is_last_step or (step + 1) % cfg.grad_accum_steps == 0:
+                    print(loss.item())
+        """})
+    assert _rows(found) == [("loop.py", 10)]  # every optimizer step, or the last one: per step
+
+
+def test_back_to_back_reads_are_one_finding_at_the_first(tmp_path):
+    found = _project(tmp_path, {"loop.py": """
+        def train(model, loader):
+            for batch in loader:
+                token_loss, f0_loss = model(batch)
+                for part in token_loss.unbind():
+                    print(part.item())
+                total = token_loss.item()
+                total += f0_loss.item()
+
+                n = (batch > 0).sum().item()
+                model.step()
+                print(f0_loss.item())
+        """})
+    # 6 waits (the inner loop's last statement drains the queue), then `model.step()` queues work.
+    assert _rows(found) == [("loop.py", 6), ("loop.py", 12)]
+    [result] = check_paths(discover([str(tmp_path)]), {"preview": True}, jobs=1)
+    first = next(f for f in result.findings if f.code == "PFL101" and f.start.row == 6)
+    assert "(with `token_loss.item()`, `f0_loss.item()`, `(batch > 0).sum().item()` right after it" in first.message
+
+
 def test_src_layouts_and_relative_imports_resolve(tmp_path):
     found = _project(tmp_path, {
         "src/mylib/__init__.py": "from .ops import scale\n",
@@ -630,6 +666,22 @@ def test_a_block_that_ends_the_run_is_a_failure_path(tmp_path):
     assert _rows(found) == [("train.py", 8)]
 
 
+def test_a_branch_that_warns_is_a_failure_path(tmp_path):
+    found = _project(tmp_path, {"decoder.py": """
+        import warnings
+
+        import torch
+
+        class Decoder(torch.nn.Module):
+            def forward(self, f0):
+                if self.check and not self.in_range(f0):
+                    warnings.warn(f"f0 out of range: max {f0.max().item()} min {f0.min().item()}")
+                    f0 = f0.clamp(0, self.size - 1)
+                return self.embedding(f0)
+        """})
+    assert _rows(found) == []
+
+
 def test_sync_rules_need_direct_evidence(tmp_path):
     files = {"train.py": """
         import torch
@@ -654,5 +706,5 @@ def test_sync_rules_need_direct_evidence(tmp_path):
     # In `forward` itself and in the step loop: reported. In `metrics`, reached through a call, and
     # in the loop nested in `forward`: only the tensor moved to the GPU.
     assert _rows(strict) == [("train.py", 6), ("train.py", 12), ("train.py", 17)]
-    assert _rows(_project(tmp_path, files)) == [("train.py", 6), ("train.py", 8), ("train.py", 12), ("train.py", 12),
-                                                ("train.py", 17)]
+    # The two reads of line 12 wait once: one finding.
+    assert _rows(_project(tmp_path, files)) == [("train.py", 6), ("train.py", 8), ("train.py", 12), ("train.py", 17)]
