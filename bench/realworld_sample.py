@@ -10,6 +10,7 @@ precision of such a file.
 
     python bench/realworld_sample.py --mirrors DIR --repos OWNER/NAME ... --seed 20261201 --n 60 --out FILE
     python bench/realworld_sample.py --mirrors DIR --repos ... --per-rule 12 --preview --out FILE
+    python bench/realworld_sample.py --mirrors DIR --repos ... --rules PFL101 --per-rule 40 --preview --out FILE
     python bench/realworld_sample.py --score bench/realworld/judged-2026-12-01.jsonl
 """
 from __future__ import annotations
@@ -68,6 +69,8 @@ def sample(args) -> int:
             lines = sum(p.read_text(encoding="utf-8", errors="replace").count("\n") for p in root.rglob("*.py"))
             print(f"{repo} @ {commit[:12]}: {len(found)} findings, {lines} lines, {1000 * len(found) / max(lines, 1):.2f}/kLOC")
             for f in found:
+                if args.rules and f["code"] not in args.rules:
+                    continue
                 path = str(Path(f["filename"]).as_posix()).lstrip("./")
                 pool.append({"repo": repo, "commit": commit, "path": path, "line": f["location"]["row"], "code": f["code"],
                              "message": f["message"], "hot": (f.get("hot") or {}).get("message"),
@@ -109,6 +112,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=60, help="findings drawn uniformly from all repositories")
     parser.add_argument("--per-rule", type=int, default=0, metavar="K", help="instead, up to K findings of each rule")
     parser.add_argument("--preview", action="store_true", help="check with preview rules on")
+    parser.add_argument("--rules", nargs="+", default=[], metavar="CODE", help="draw only findings of these rules")
     parser.add_argument("--out", default="sample.jsonl")
     parser.add_argument("--perflsp", default=f"{sys.executable} -m perflsp")
     parser.add_argument("--score", metavar="FILE", help="print the precision of a judged file")

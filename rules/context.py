@@ -112,34 +112,38 @@ class ModuleContext:
 
     def waits_anyway(self, node: cst.CSTNode) -> bool:
         """The code around `node` already waits for the GPU on purpose: a statement of the same
-        block synchronizes the device (`torch.cuda.synchronize()`, or a project's own
-        `synchronize()`), or the next one reads a host clock (a sync there, `loss.item()` then
-        `t1 = time.perf_counter()`, is what makes the time right). A sync at `node` then adds no
-        stall: the queue is drained on every pass anyway."""
-        place = self._statement(node)
-        if place is None:
-            return False
-        body, index = place
-        if any(self._clock(call) for stmt in body[index + 1:index + 2] for call in self._calls(stmt)):
-            return True
-        return any(_synchronizes(self, stmt) for i, stmt in enumerate(body) if i != index)
+        block, or of a block around it up to the loop's body or the function's, synchronizes the
+        device (`torch.cuda.synchronize()`, or a project's own `synchronize()`), or the next
+        statement reads a host clock (a sync there, `loss.item()` then `t1 = time.perf_counter()`,
+        is what makes the time right). A sync at `node` then adds no stall: the queue is drained on
+        every pass anyway."""
+        for depth, (block, body, index) in enumerate(self._blocks_around(node)):
+            if depth == 0 and any(self._clock(call) for stmt in body[index + 1:index + 2] for call in self._calls(stmt)):
+                return True
+            if any(_synchronizes(self, stmt) for i, stmt in enumerate(body) if i != index):
+                return True
+            if not isinstance(self.parent(block), (cst.If, cst.Else, cst.With, cst.Try, cst.Finally)):
+                return False  # a loop's or a function's body: the pass it makes ends here
+        return False
 
     def back_to_back(self, nodes: List[cst.CSTNode]) -> List[List[cst.CSTNode]]:
-        """`nodes` (in source order) in runs that follow one another: in the same statement, or in
+        """`nodes` (in source order) in runs that follow one another: in the same statement, in
         the statement right after the last one's (a loop whose last statement holds one counts as
-        ending with it). Syncs in such a run wait once: the first drains the queue, and the next
-        ones find only the little work queued since."""
+        ending with it), or first in the body of the `if` or `while` whose test holds one. Syncs in
+        such a run wait once: the first drains the queue, and the next ones find only the little
+        work queued since."""
         runs: List[List[cst.CSTNode]] = []
         run_at: Dict[cst.CSTNode, List[cst.CSTNode]] = {}  # statement -> the run it holds
         for node in nodes:
-            place = self._statement(node)
-            if place is None:
+            block, body, index = next(self._blocks_around(node), (None, [], -1))
+            if block is None:
                 runs.append([node])
                 continue
-            body, index = place
             run = run_at.get(body[index])
             if run is None and index > 0:
                 run = run_at.get(_last_statement(body[index - 1]))
+            if run is None and index == 0 and isinstance(self.parent(block), (cst.If, cst.While)):
+                run = run_at.get(self.parent(block))
             if run is None:
                 run = []
                 runs.append(run)
@@ -147,15 +151,15 @@ class ModuleContext:
             run_at[body[index]] = run
         return runs
 
-    def _statement(self, node: cst.CSTNode) -> Optional[Tuple[List[cst.CSTNode], int]]:
-        """The statements of the block that holds `node`, and the index of the one holding it."""
+    def _blocks_around(self, node: cst.CSTNode) -> Iterator[Tuple[cst.CSTNode, List[cst.CSTNode], int]]:
+        """From the innermost out: each block (an indented body, or the module) that holds `node`,
+        its statements, and the index of the one holding `node`."""
         child, parent = node, self.parent(node)
-        while parent is not None and not isinstance(parent, (cst.IndentedBlock, cst.Module)):
+        while parent is not None:
+            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+                body = list(parent.body)
+                yield parent, body, next(i for i, stmt in enumerate(body) if stmt is child)
             child, parent = parent, self.parent(parent)
-        if parent is None:
-            return None
-        body = list(parent.body)
-        return body, next(i for i, stmt in enumerate(body) if stmt is child)
 
     def is_synchronize(self, call: cst.Call) -> bool:
         """`torch.cuda.synchronize()` (and its siblings for other backends), or `stream.synchronize()`,

@@ -98,6 +98,9 @@ STEP_ITERABLE = re.compile(r"(loader|batches|data_?iter|timesteps|dataset_iter)$
 # A comprehension is a step loop only over a loader (`sum(loss(model(x)) for x in val_loader)`): over
 # other sequences (`[x.item() for x in loss_batches]`) it collects values, it does not run steps.
 LOADER_ITERABLE = re.compile(r"(loader|data_?iter|dataset_iter)$", re.IGNORECASE)
+# A grid of settings, even of batch sizes and step counts (`itertools.product(BATCHES, STEPS)`): a
+# sweep that runs once per setting, not a step loop.
+SETTING_GRIDS = frozenset({"product", "itertools.product"})
 STEP_RANGE_BOUND = re.compile(
     r"(steps|iters|iterations|batches|max_iter)$", re.IGNORECASE)
 

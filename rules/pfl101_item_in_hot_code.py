@@ -18,9 +18,10 @@ class ItemInHotCode(Rule):
         "kernel queued before it has finished, so the GPU's queue drains and the Python thread stalls. "
         "Once per step this turns an asynchronous pipeline into a lock-step one: the next step's "
         "kernels cannot be queued while the previous ones still run. Tensors known to live on the CPU "
-        "(made there, moved there, or built by DataLoader workers) are not reported. Reads back to back "
-        "(in one statement, or in statements that follow each other) wait once: they are one finding, "
-        "at the first, naming the others."
+        "(made there, moved there, or built by DataLoader workers) are not reported, nor are reads in a "
+        "pass that synchronizes anyway. Reads back to back (in one statement, in statements that "
+        "follow each other, or in an `if` test and first in its body) wait once: they are one "
+        "finding, at the first, naming the others."
     )
     how_to_fix = (
         "Keep the value on the device (accumulate `running_loss += loss.detach()`) and call "
@@ -77,6 +78,13 @@ class ItemInHotCode(Rule):
         "        print(loss.item())\n"
         "        opt.step()\n"
         "        synchronize()\n",
+        # ... also when the read sits in a branch of the pass that ends with the synchronize.
+        "import torch\n\n\ndef train(model, loader, cfg, meter):\n"
+        "    for x in loader:\n"
+        "        loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "        if cfg.log_grad_norm:\n"
+        "            meter.update(loss.item())\n"
+        "        torch.cuda.synchronize()\n",
         # A benchmark reads the loss to wait for the step before it reads the clock.
         "import time\n\n\ndef bench(step, loader):\n"
         "    for batch in loader:\n"

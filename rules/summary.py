@@ -16,7 +16,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from perflsp.rules.hot_table import (
     ACCUMULATION, COLD_FUNCTIONS, COLD_PREFIXES, HOT_COMMENT, HOT_MARKERS, LAZY_READY, LOADER_ITERABLE,
-    ONE_OFF_FUNCTIONS, PERIODIC_PREDICATE, STEP_ITERABLE, STEP_RANGE_BOUND, TEST_FILE,
+    ONE_OFF_FUNCTIONS, PERIODIC_PREDICATE, SETTING_GRIDS, STEP_ITERABLE, STEP_RANGE_BOUND, TEST_FILE,
 )
 
 VERSION = 6  # bump when the shape or meaning of a summary changes (the cache keys on it)
@@ -452,6 +452,8 @@ def _names(node: ast.AST) -> List[str]:
 
 
 def _is_step_iterable(node: ast.expr, names: "re.Pattern[str]" = STEP_ITERABLE) -> bool:
+    if isinstance(node, ast.Call) and ".".join(reversed(_names(node.func))) in SETTING_GRIDS:
+        return False
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
         return names is STEP_ITERABLE and any(STEP_RANGE_BOUND.search(n) for arg in node.args for n in _names(arg))
     return any(names.search(n) for n in _names(node))
