@@ -149,7 +149,10 @@ class ConvBiasBeforeBatchnorm(Rule):
             yield from _consecutive(ctx, elements, frame)
 
     def _fix(self, ctx: ModuleContext, conv: cst.Call) -> Optional[FixSpec]:
-        message = "Pass `bias=False`"
+        # Unsafe, and it says why: a pretrained checkpoint loaded elsewhere in the project (a
+        # framework's loader) holds the bias.
+        message = ("Pass `bias=False` (a checkpoint saved with the bias then fails a strict "
+                   "`load_state_dict`, and a non-strict one drops its bias silently)")
         bias = ctx.argument(conv, "bias", _BIAS_POSITION)
         if bias is not None:
             return self.replace(message, "unsafe", (bias.value, "False"))
