@@ -140,7 +140,8 @@ class ModuleContext:
                 runs.append([node])
                 continue
             run = run_at.get(body[index])
-            if run is None and index > 0:
+            # (a `while` test runs again after the loop's body, which may queue work)
+            if run is None and index > 0 and not isinstance(body[index], cst.While):
                 run = run_at.get(_last_statement(body[index - 1]))
             if run is None and index == 0 and isinstance(self.parent(block), (cst.If, cst.While)):
                 run = run_at.get(self.parent(block))
