@@ -190,12 +190,12 @@ def _summarize_one(path: str) -> Tuple[str, Optional[str], Optional[Dict[str, An
     return path, content_digest(text), summarize(text, module, is_package, path), None
 
 
-def _check_one(path: str, overrides: Mapping[str, Any], facts: Optional[Dict[str, Any]]
+def _check_one(path: str, settings: Settings, facts: Optional[Dict[str, Any]]
                ) -> Tuple[str, List[Dict[str, Any]], Optional[str]]:
     """Worker: (path, findings as dicts, error); dicts pickle faster than objects."""
     p = Path(path)
     try:
-        findings = check_text(read_text(p), path, file_settings(p, overrides), facts)
+        findings = check_text(read_text(p), path, settings, facts)
     except (OSError, ValueError) as exc:  # NotebookError is a ValueError
         return path, [], str(exc)
     return path, [f.to_dict() for f in findings], None
@@ -373,7 +373,7 @@ def check_paths(files: Sequence[Path], overrides: Mapping[str, Any] = {}, jobs: 
 
             for distinct in {settings(Path(p)) for p, _ in work}:
                 validate(distinct)  # a config error stops the run before any work, with its message
-        outcomes = pool.map(_check_one, [(p, overrides, f) for p, f in work],
+        outcomes = pool.map(_check_one, [(p, settings(Path(p)), f) for p, f in work],
                             crashed=lambda row, why: (row[0], [], _crash_message(why)))
         for path, dicts, error in outcomes:
             results[path] = FileResult(path, [Finding.from_dict(d) for d in dicts], error)
