@@ -55,10 +55,7 @@ def check_source(source: str, path: str, settings: Settings,
         return [not_analysed(path, too_deep.row, too_deep.column, too_deep.message)]
     try:
         module = reparser.parse(source) if reparser is not None else cst.parse_module(source)
-        walk = Walk(module, reparser.walk if reparser is not None else None)
-        if reparser is not None:
-            reparser.walk = walk
-        return _check_module(module, walk, source, path, settings, line_label, facts)
+        return _check_module(module, reparser, source, path, settings, line_label, facts)
     except PARSE_ERRORS as exc:
         return [_syntax_error(source, path, exc)]
     except RecursionError:  # within the limits, yet deeper than Python's stack allows a walk of the tree
@@ -70,16 +67,22 @@ def _shallow(facts: Optional[Dict[str, Any]]) -> bool:
     return depth is not None and depth <= min(limits.MAX_BRACKETS, limits.MAX_CHAIN)
 
 
-def _check_module(module: cst.Module, walk: Walk, source: str, path: str, settings: Settings,
+def _check_module(module: cst.Module, reparser: "Optional[Reparser]", source: str, path: str, settings: Settings,
                   line_label: Optional[Callable[[int], str]], facts: Optional[Dict[str, Any]]) -> List[Finding]:
     label = line_label or (lambda row: f"line {row}")
     hot = HotMap(facts, source_lines(source), label) if facts else HotMap.for_source(source, path, settings, label)
+    enabled = enabled_rules(settings, path)
+    # A rule that reports only per-step code has nothing to report in a file with none.
+    rules = [rule for rule in [*enabled, *outranking_rules(settings, path)]
+             if rule.scope != "hot" or hot.may_be_hot or settings.reports_cold(rule.code)]
+    if not rules:
+        return []  # most files with the default rules: no walk, no context (together a tenth of the parse)
+    walk = Walk(module, reparser.walk if reparser is not None else None)
+    if reparser is not None:
+        reparser.walk = walk
     ctx = ModuleContext(module, settings, hot, path, label, walk)
     candidates: List[Tuple[Rule, Report]] = []
-    enabled = enabled_rules(settings, path)
-    for rule in [*enabled, *outranking_rules(settings, path)]:
-        if rule.scope == "hot" and not hot.may_be_hot and not settings.reports_cold(rule.code):
-            continue  # it could only report per-step code, and the file has none
+    for rule in rules:
         try:
             candidates.extend((rule, report) for report in rule.check(ctx))
         except RecursionError:
