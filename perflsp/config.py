@@ -81,7 +81,8 @@ class Settings:
         return dict(dict(self.rule_options).get(code, ()))
 
     def is_excluded(self, path: str) -> bool:
-        return _matches_any(path, self.exclude + self.extend_exclude, self.root)
+        patterns = self.exclude + self.extend_exclude
+        return bool(patterns) and _matches_any(path, patterns, self.root)  # matching resolves the path
 
     def _file_ignores(self, path: Optional[str]) -> Tuple[str, ...]:
         if not path:

@@ -45,8 +45,7 @@ def check_source(source: str, path: str, settings: Settings,
     `reparser` holds the tree and the walk of the file's previous version (the language server's
     open files): only the statements an edit changed are parsed and walked again.
     """
-    comments = suppress.comments_by_row(source)
-    if suppress.ignores_file(source, comments):
+    if suppress.ignores_file(source):
         return []
     # libcst would crash the process or take minutes on it. The token scan costs a fifth of the
     # parse: a summary that saw every expression shallow (CPython's own parser already refuses more
@@ -56,10 +55,7 @@ def check_source(source: str, path: str, settings: Settings,
         return [not_analysed(path, too_deep.row, too_deep.column, too_deep.message)]
     try:
         module = reparser.parse(source) if reparser is not None else cst.parse_module(source)
-        walk = Walk(module, reparser.walk if reparser is not None else None)
-        if reparser is not None:
-            reparser.walk = walk
-        return _check_module(module, walk, source, path, settings, line_label, facts, comments)
+        return _check_module(module, reparser, source, path, settings, line_label, facts)
     except PARSE_ERRORS as exc:
         return [_syntax_error(source, path, exc)]
     except RecursionError:  # within the limits, yet deeper than Python's stack allows a walk of the tree
@@ -71,17 +67,22 @@ def _shallow(facts: Optional[Dict[str, Any]]) -> bool:
     return depth is not None and depth <= min(limits.MAX_BRACKETS, limits.MAX_CHAIN)
 
 
-def _check_module(module: cst.Module, walk: Walk, source: str, path: str, settings: Settings,
-                  line_label: Optional[Callable[[int], str]], facts: Optional[Dict[str, Any]],
-                  comments: Dict[int, str]) -> List[Finding]:
+def _check_module(module: cst.Module, reparser: "Optional[Reparser]", source: str, path: str, settings: Settings,
+                  line_label: Optional[Callable[[int], str]], facts: Optional[Dict[str, Any]]) -> List[Finding]:
     label = line_label or (lambda row: f"line {row}")
     hot = HotMap(facts, source_lines(source), label) if facts else HotMap.for_source(source, path, settings, label)
+    enabled = enabled_rules(settings, path)
+    # A rule that reports only per-step code has nothing to report in a file with none.
+    rules = [rule for rule in [*enabled, *outranking_rules(settings, path)]
+             if rule.scope != "hot" or hot.may_be_hot or settings.reports_cold(rule.code)]
+    if not rules:
+        return []  # most files with the default rules: no walk, no context (together a tenth of the parse)
+    walk = Walk(module, reparser.walk if reparser is not None else None)
+    if reparser is not None:
+        reparser.walk = walk
     ctx = ModuleContext(module, settings, hot, path, label, walk)
     candidates: List[Tuple[Rule, Report]] = []
-    enabled = enabled_rules(settings, path)
-    for rule in [*enabled, *outranking_rules(settings, path)]:
-        if rule.scope == "hot" and not hot.may_be_hot and not settings.reports_cold(rule.code):
-            continue  # it could only report per-step code, and the file has none
+    for rule in rules:
         try:
             candidates.extend((rule, report) for report in rule.check(ctx))
         except RecursionError:
@@ -102,6 +103,7 @@ def _check_module(module: cst.Module, walk: Walk, source: str, path: str, settin
     # One cost, one finding, decided before selection and suppression (see `precedence`).
     findings = precedence.drop_outranked(findings)
     codes = {rule.code for rule in enabled}
+    comments = suppress.comments_by_row(source)  # read only for a file with findings: it may tokenize
     findings = [f for f in findings
                 if f.code in codes and not suppress.is_suppressed(f.code, {f.start.row, f.end.row}, comments)]
     findings.sort(key=Finding.sort_key)

@@ -345,11 +345,13 @@ class _Summarizer:
         # An explicit stack over `_fields`: `ast.walk` costs twice as much, and this walk is most
         # of the summary's time.
         stack = [(n, 1) for n in nodes if n is not None]
+        push, pop = stack.append, stack.pop
         calls, regions = self.out["calls"], self.out["regions"]
+        deepest = self.depth
         while stack:
-            node, depth = stack.pop()
-            if depth > self.depth:
-                self.depth = depth
+            node, depth = pop()
+            if depth > deepest:
+                deepest = depth
             kind = type(node)
             if kind is ast.Call:
                 ref = self.ref(node.func, scope)
@@ -360,12 +362,25 @@ class _Summarizer:
                 first = node.generators[0].iter
                 loop = STEP_LOOP if _is_step_iterable(first, LOADER_ITERABLE) else COMPREHENSION
                 regions.append([loop, *self.span(node), node.lineno, scope.key, self.span(first)])
-            for field in _CHILD_FIELDS.get(kind) or _child_fields(kind):
+            fields = _CHILD_FIELDS.get(kind)
+            if fields is None:
+                fields = _child_fields(kind)
+            depth += 1
+            for field in fields:
                 value = getattr(node, field, None)
                 if type(value) is list:
-                    stack.extend((v, depth + 1) for v in value if isinstance(v, ast.AST))
+                    for item in value:
+                        if type(item) in _LEAVES:
+                            if depth > deepest:
+                                deepest = depth
+                        elif isinstance(item, ast.AST):
+                            push((item, depth))
+                elif type(value) in _LEAVES:
+                    if depth > deepest:
+                        deepest = depth
                 elif isinstance(value, ast.AST) and not isinstance(value, ast.expr_context):
-                    stack.append((value, depth + 1))
+                    push((value, depth))
+        self.depth = deepest
 
     def ref(self, func: ast.expr, scope: _Scope) -> Optional[str]:
         """What a called or base-class expression names, as a project-wide reference:
@@ -411,6 +426,10 @@ _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 # What the nested blocks of a statement hold: statements, `except` handlers, `match` cases (3.10+).
 _BLOCK_ITEMS = (ast.stmt, ast.excepthandler, *((ast.match_case,) if hasattr(ast, "match_case") else ()))
 _CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
+# Nodes with no nodes inside (most of an expression's nodes): they count for the depth, and the
+# walk does not push and pop them.
+_LEAVES = frozenset({ast.Name, ast.Constant, *ast.operator.__subclasses__(), *ast.unaryop.__subclasses__(),
+                     *ast.cmpop.__subclasses__(), *ast.boolop.__subclasses__()})
 
 
 def _child_fields(kind: type) -> Tuple[str, ...]:

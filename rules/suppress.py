@@ -93,8 +93,8 @@ def is_suppressed(code: str, rows, comments: Dict[int, str]) -> bool:
     return False
 
 
-def ignores_file(source: str, comments: Dict[int, str]) -> bool:
-    return bool(IGNORE_FILE.search(source)) and any(IGNORE_FILE.search(c) for c in comments.values())
+def ignores_file(source: str) -> bool:
+    return bool(IGNORE_FILE.search(source)) and any(IGNORE_FILE.search(c) for c in comments_by_row(source).values())
 
 
 def with_noqa(line: str, codes, comment_column: Optional[int]) -> str:

@@ -38,15 +38,26 @@ def child_fields(node_type: type) -> Tuple[str, ...]:
     return fields
 
 
+_NODE, _SEQUENCE, _OTHER = "node", "sequence", "other"
+_VALUE_KINDS: Dict[type, str] = {}  # the type of a field's value -> what it holds
+_BACKWARD_FIELDS: Dict[type, Tuple[str, ...]] = {}  # `child_fields`, last first
+
+
+def _value_kind(value_type: type) -> str:
+    """A node, a sequence of nodes, or neither (a name's text, a flag, None, a sentinel)."""
+    kind = _VALUE_KINDS[value_type] = (_NODE if issubclass(value_type, cst.CSTNode)
+                                       else _SEQUENCE if issubclass(value_type, (list, tuple)) else _OTHER)
+    return kind
+
+
 def iter_children(node: cst.CSTNode):
     for name in child_fields(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        kind = _VALUE_KINDS.get(type(value)) or _value_kind(type(value))
+        if kind is _NODE:
             yield value
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, cst.CSTNode):
-                    yield item
+        elif kind is _SEQUENCE:
+            yield from value  # libcst's sequences hold nodes only
 
 
 class FunctionInfo:
@@ -183,13 +194,19 @@ class Walk:
 
     def _run(self, stmt: cst.CSTNode) -> None:
         # An explicit stack instead of recursion: deeply nested expressions must not hit the
-        # interpreter's recursion limit (`_walk` handles the few nodes that change the frame).
+        # interpreter's recursion limit (the `_SPECIAL` handlers take the few nodes that change
+        # the frame). Children are pushed last field first, so they pop in source order. The kind
+        # of a field's value is looked up by its type (`_value_kind`): `isinstance(value,
+        # cst.CSTNode)` goes through `ABC.__instancecheck__`, and this loop sees every node.
         stack: List[Tuple[cst.CSTNode, cst.CSTNode, Frame]] = [(stmt, self.module, self.root)]
+        push, pop = stack.append, stack.pop
         parents = self.parents
         by_type = self.by_type
         special = _SPECIAL
+        backward = _BACKWARD_FIELDS
+        kinds = _VALUE_KINDS
         while stack:
-            node, parent, frame = stack.pop()
+            node, parent, frame = pop()
             parents[node] = parent
             node_type = type(node)
             bucket = by_type.get(node_type)
@@ -199,17 +216,21 @@ class Walk:
             handler = special.get(node_type)
             if handler is not None:
                 for child, child_frame in reversed(handler(self, node, frame)):
-                    stack.append((child, node, child_frame))
+                    push((child, node, child_frame))
                 continue
-            children = []
-            for name in child_fields(node_type):
+            fields = backward.get(node_type)
+            if fields is None:
+                fields = backward[node_type] = child_fields(node_type)[::-1]
+            for name in fields:
                 value = getattr(node, name)
-                if isinstance(value, cst.CSTNode):
-                    children.append(value)
-                elif isinstance(value, (list, tuple)):
-                    children.extend(v for v in value if isinstance(v, cst.CSTNode))
-            for child in reversed(children):
-                stack.append((child, node, frame))
+                kind = kinds.get(type(value))
+                if kind is None:
+                    kind = _value_kind(type(value))
+                if kind is _NODE:
+                    push((value, node, frame))
+                elif kind is _SEQUENCE:
+                    for item in reversed(value):  # libcst's sequences hold nodes only
+                        push((item, node, frame))
 
     # -- frame-changing nodes ---------------------------------------------------------------------
 
