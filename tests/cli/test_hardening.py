@@ -194,11 +194,14 @@ NOQA_SOURCE = textwrap.dedent(
     def train(model, loader):
         for x, y in loader:
             form_feed = "a\x0cb"; separator = "c\u2028d"; print(x.sum().item())
+            model.step()  # queues work: the next read is a sync of its own, not one back to back
             print(y.sum().item(), """
     # noqa: PFL101 in a string is text
     """)
+            model.step()
             total = x.mean().item() + \\
                 1
+            model.step()
             note = "# noqa: E501"; print(x.max().item())
     '''
 )
@@ -216,9 +219,9 @@ def test_add_noqa_puts_each_comment_where_it_silences_and_changes_no_code(perfls
     assert new.count("\r\n") == NOQA_SOURCE.count("\n") and "\n" not in new.replace("\r\n", "")
     rows = new.split("\r\n")
     assert rows[4].endswith('print(x.sum().item())  # noqa: PFL101')  # not split at \x0c or U+2028
-    assert rows[7] == '""")  # noqa: PFL101'  # after the string the finding's row runs into
-    assert rows[9] == "            1  # noqa: PFL101"  # after the backslash-continued row
-    assert rows[10].endswith('note = "# noqa: E501"; print(x.max().item())  # noqa: PFL101')
+    assert rows[8] == '""")  # noqa: PFL101'  # after the string the finding's row runs into
+    assert rows[11] == "            1  # noqa: PFL101"  # after the backslash-continued row
+    assert rows[13].endswith('note = "# noqa: E501"; print(x.max().item())  # noqa: PFL101')
     assert _findings(perflsp_cli("check", "train.py", "--output-format", "json", "--no-cache")) == []
     again = perflsp_cli("check", "train.py", "--add-noqa", "--no-cache")
     assert "Added 0 noqa directives." in again.stderr and target.read_bytes().decode() == new
