@@ -53,9 +53,19 @@ def check_source(source: str, path: str, settings: Settings,
     too_deep = None if _shallow(facts) else limits.excess(source)
     if too_deep is not None:
         return [not_analysed(path, too_deep.row, too_deep.column, too_deep.message)]
+    label = line_label or (lambda row: f"line {row}")
+    hot = HotMap(facts, source_lines(source), label) if facts else HotMap.for_source(source, path, settings, label)
+    enabled = enabled_rules(settings, path)
+    # A rule that reports only per-step code has nothing to report in a file with none.
+    rules = [rule for rule in [*enabled, *outranking_rules(settings, path)]
+             if rule.scope != "hot" or hot.may_be_hot or settings.reports_cold(rule.code)]
+    if not rules and reparser is None and _parsed(facts):
+        # Most files with the default rules: Python's own parser accepted the text (for the
+        # summary), so nothing is left to report and libcst need not parse it.
+        return []
     try:
         module = reparser.parse(source) if reparser is not None else cst.parse_module(source)
-        return _check_module(module, reparser, source, path, settings, line_label, facts)
+        return _check_module(module, reparser, source, path, settings, label, hot, enabled, rules)
     except PARSE_ERRORS as exc:
         return [_syntax_error(source, path, exc)]
     except RecursionError:  # within the limits, yet deeper than Python's stack allows a walk of the tree
@@ -67,16 +77,15 @@ def _shallow(facts: Optional[Dict[str, Any]]) -> bool:
     return depth is not None and depth <= min(limits.MAX_BRACKETS, limits.MAX_CHAIN)
 
 
+def _parsed(facts: Optional[Dict[str, Any]]) -> bool:
+    """The summary's `ast` parse accepted the text (its depth is known only then)."""
+    return bool(facts) and facts["summary"].get("depth") is not None  # type: ignore[index]
+
+
 def _check_module(module: cst.Module, reparser: "Optional[Reparser]", source: str, path: str, settings: Settings,
-                  line_label: Optional[Callable[[int], str]], facts: Optional[Dict[str, Any]]) -> List[Finding]:
-    label = line_label or (lambda row: f"line {row}")
-    hot = HotMap(facts, source_lines(source), label) if facts else HotMap.for_source(source, path, settings, label)
-    enabled = enabled_rules(settings, path)
-    # A rule that reports only per-step code has nothing to report in a file with none.
-    rules = [rule for rule in [*enabled, *outranking_rules(settings, path)]
-             if rule.scope != "hot" or hot.may_be_hot or settings.reports_cold(rule.code)]
+                  label: Callable[[int], str], hot: HotMap, enabled: List[Rule], rules: List[Rule]) -> List[Finding]:
     if not rules:
-        return []  # most files with the default rules: no walk, no context (together a tenth of the parse)
+        return []  # no walk, no context (together a tenth of the parse)
     walk = Walk(module, reparser.walk if reparser is not None else None)
     if reparser is not None:
         reparser.walk = walk

@@ -68,7 +68,7 @@ def test_neovim_shows_diagnostics_and_applies_a_quick_fix(tmp_path: Path):
 
 def test_the_shipped_neovim_config_starts_the_server_at_the_project_root(tmp_path: Path):
     report, target = run_neovim("nvim_config.lua", tmp_path)  # loads editors/neovim/perflsp.lua
-    assert "PFL503" in report["codes"] and "PFL606" in report["codes"]  # stable rules: no settings needed
+    assert report["codes"] == ["PFL503"]  # the stable rule: no settings needed, and no preview rule
     assert report["clients"] == [{"name": "perflsp", "root": str(target.parent)}]  # found by its .git
 
 
