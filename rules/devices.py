@@ -6,9 +6,9 @@ evidence in the file: factories without `device=` (the CPU, unless a `with torch
 block or `torch.set_default_device` says otherwise), `.cpu()`, `torch.from_numpy`, batches of a
 `DataLoader` built here, code that DataLoader workers run (`collate_fn`, `Dataset.__getitem__`),
 the items a loop leaves where they came while it moves their siblings (`image = image.to(device)`
-but not `image_id`), `.to(device)` / `.cuda()`, what tokenizers return, and what operations keep: an op's result lives
-where its tensor inputs live. Unknown stays unknown: the rules then behave as if the tensor may be
-on the GPU.
+but not `image_id`), `.to(device)` / `.cuda()`, what tokenizers return, and what operations
+keep: an op's result lives where its tensor inputs live. Unknown stays unknown: the rules then
+behave as if the tensor may be on the GPU.
 """
 from __future__ import annotations
 
