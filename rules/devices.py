@@ -234,10 +234,13 @@ def _moves(ctx: ModuleContext, value: cst.BaseExpression, name: str) -> bool:
             and isinstance(value.func.value, cst.Name) and value.func.value.value == name):
         return False
     method = value.func.attr.value
-    if method != "to":
-        return method == "cuda"
-    target = to_device_arg(ctx, value)
-    return target is not None and target.value is not target_dtype(ctx, value)
+    return method == "cuda" or (method == "to" and _destination(ctx, value) is not None)
+
+
+def _destination(ctx: ModuleContext, call: cst.Call) -> Optional[cst.Arg]:
+    """Where `x.to(...)` moves `x`: its device argument, unless that is the dtype (`.to(torch.half)`)."""
+    target = to_device_arg(ctx, call)
+    return None if target is None or target.value is target_dtype(ctx, call) else target
 
 
 def _iterated(ctx: ModuleContext, iterable: cst.BaseExpression) -> cst.BaseExpression:
@@ -440,8 +443,8 @@ class _Facts:
     def _moved(self, call: cst.Call, receiver: cst.BaseExpression, frame: Frame, depth: int) -> Optional[_Place]:
         """`x.to(...)`: the device it names, the device of a tensor it is given, or x's own."""
         ctx = self.ctx
-        target = to_device_arg(ctx, call)
-        if target is None or target.value is target_dtype(ctx, call):
+        target = _destination(ctx, call)
+        if target is None:
             return self.place(receiver, frame, depth)
         if ctx.is_tensor(target.value, frame):
             return self._on_device_of(target.value, frame, depth)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Dict, Iterator, Set
+from typing import Dict, Iterator, List
 
 import libcst as cst
 
@@ -116,7 +116,9 @@ class ItemInHotCode(Rule):
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
         reads: Dict[cst.Call, Frame] = {}
-        copies: Set[cst.Call] = set()  # `.cpu()` and `.tolist()`: they drain the queue too
+        # The reads and the copies to the host (`.cpu()`, `.tolist()`: they drain the queue too),
+        # in source order.
+        syncs: List[cst.Call] = []
         for call, frame in ctx.nodes(cst.Call):
             method = ctx.method_name(call)
             if method not in _SYNCS or (method == "item" and call.args):
@@ -128,11 +130,12 @@ class ItemInHotCode(Rule):
                 continue
             if method == "item":
                 reads[call] = frame
-            elif ctx.keyword(call, "non_blocking") is None:
-                copies.add(call)
+            elif ctx.keyword(call, "non_blocking") is not None:
+                continue
+            syncs.append(call)
         # Syncs back to back wait once: one finding for the first read, naming the others; none
         # when a copy to the host (PFL102's) comes first.
-        for run in ctx.back_to_back([c for c, _ in ctx.nodes(cst.Call) if c in reads or c in copies]):
+        for run in ctx.back_to_back(syncs):
             if run[0] not in reads:
                 continue
             first, *rest = [call for call in run if call in reads]
