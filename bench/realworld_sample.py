@@ -62,9 +62,13 @@ def sample(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for repo in args.repos:
             root = Path(tmp) / repo.replace("/", "+")
-            git_dir = next(p for p in [Path(args.mirrors) / repo.replace("/", "+"), *sorted((Path(args.mirrors) / repo.replace("/", "+")).glob("*"))]
-                           if (p / "HEAD").is_file())
-            commit = extract(git_dir, root)
+            base = Path(args.mirrors) / repo.replace("/", "+")
+            git_dir = next(p for p in [base, *sorted(base.glob("*")), *sorted(base.glob("*/.git"))] if (p / "HEAD").is_file())
+            try:
+                commit = extract(git_dir, root)
+            except subprocess.CalledProcessError as exc:  # a snapshot without Python files
+                print(f"{repo}: skipped, `git archive` failed: {exc.stderr.decode(errors='replace').strip()}")
+                continue
             found = findings_of(root, args.perflsp, args.preview)
             lines = sum(p.read_text(encoding="utf-8", errors="replace").count("\n") for p in root.rglob("*.py"))
             print(f"{repo} @ {commit[:12]}: {len(found)} findings, {lines} lines, {1000 * len(found) / max(lines, 1):.2f}/kLOC")

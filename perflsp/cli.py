@@ -99,7 +99,7 @@ def _rule(args: argparse.Namespace) -> int:
 
     if args.all or not args.code:
         for rule in all_rules():
-            print(f"{rule.code}  {rule.name:<30} {tier(rule):<7} {rule.scope:<4} {rule.summary}")
+            print(f"{rule.code}  {rule.name:<30} {tier(rule):<24} {rule.scope:<4} {rule.summary}")
         return EXIT_CLEAN
     rule = rule_by_code(args.code)
     if rule is None:

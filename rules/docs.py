@@ -36,12 +36,17 @@ _PREVIEW_MODE = ("Preview rules run only in preview mode: `preview = true` in `[
 
 
 def tier(rule: Type[Rule]) -> str:
-    return "preview" if rule.preview else "stable"
+    if rule.preview:
+        return "preview"
+    return "stable in training loops" if rule.preview_outside_training_loops else "stable"
 
 
 def _tier_line(rule: Type[Rule]) -> str:
     if rule.preview:
         return f"Tier: preview. {rule.tier_reason} {_PREVIEW_MODE}"
+    if rule.preview_outside_training_loops:
+        return (f"Tier: stable (on by default) in the body of a training loop, a step loop that calls "
+                f"`backward()`; elsewhere in per-step code, preview. {rule.tier_reason} {_PREVIEW_MODE}")
     return f"Tier: stable (on by default). {rule.tier_reason}"
 
 

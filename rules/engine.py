@@ -57,8 +57,7 @@ def check_source(source: str, path: str, settings: Settings,
     hot = HotMap(facts, source_lines(source), label) if facts else HotMap.for_source(source, path, settings, label)
     enabled = enabled_rules(settings, path)
     # A rule that reports only per-step code has nothing to report in a file with none.
-    rules = [rule for rule in [*enabled, *outranking_rules(settings, path)]
-             if rule.scope != "hot" or hot.may_be_hot or settings.reports_cold(rule.code)]
+    rules = [rule for rule in [*enabled, *outranking_rules(settings, path)] if _may_report(rule, hot, settings)]
     if not rules and reparser is None and _parsed(facts):
         # Most files with the default rules: Python's own parser accepted the text (for the
         # summary), so nothing is left to report and libcst need not parse it.
@@ -70,6 +69,14 @@ def check_source(source: str, path: str, settings: Settings,
         return [_syntax_error(source, path, exc)]
     except RecursionError:  # within the limits, yet deeper than Python's stack allows a walk of the tree
         return [not_analysed(path, 1, 0, "too deeply nested to analyse; perflsp skipped this file")]
+
+
+def _may_report(rule: Rule, hot: HotMap, settings: Settings) -> bool:
+    if rule.scope != "hot" or settings.reports_cold(rule.code):
+        return True
+    if rule.preview_outside_training_loops and not settings.preview:
+        return hot.has_training_loop
+    return hot.may_be_hot
 
 
 def _shallow(facts: Optional[Dict[str, Any]]) -> bool:
@@ -121,11 +128,14 @@ def _check_module(module: cst.Module, reparser: "Optional[Reparser]", source: st
 
 def _reported(rule: Rule, report: Report, reason: object, settings: Settings, one_off: Callable[[], bool]) -> bool:
     """"hot" rules report in per-step code (rules that need direct evidence only there or on a
-    tensor known to be on the accelerator), "any" rules wherever the code is not known to run once
+    tensor known to be on the accelerator; some, outside preview mode, only in the body of a
+    training loop), "any" rules wherever the code is not known to run once
     (a cost paid per execution), "setup" rules everywhere but in tests and one-off work such as
     dataset processing (a DataLoader built once in `__init__` still costs every step)."""
     if settings.reports_cold(rule.code):
         return True
+    if rule.preview_outside_training_loops and not settings.preview:
+        return isinstance(reason, Hot) and reason.trains
     if isinstance(reason, Hot):
         return reason.direct or report.on_accelerator or not rule.needs_direct_evidence
     if rule.scope == "setup":

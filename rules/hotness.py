@@ -24,6 +24,9 @@ class Hot(NamedTuple):
     # in a function reached through calls or in a loop nested in per-step code: the strongest
     # evidence, which the sync rules need when nothing shows the tensor is on the accelerator.
     direct: bool = False
+    # In the body of a training loop (a step loop that calls `backward()`): where the stable tier of
+    # the sync rules reports (see `Rule.preview_outside_training_loops`).
+    trains: bool = False
 
 
 COLD_CODE = "cold"
@@ -46,6 +49,7 @@ class HotMap:
         # Nothing in the file can be hot without a step loop or a per-step function in it.
         self.may_be_hot = not self.test and (any(r[0] == S.STEP_LOOP for r in summary["regions"])
                                              or any(state[0] == STEP for state in self.status.values()))
+        self.has_training_loop = not self.test and any(r[0] == S.STEP_LOOP and r[8] for r in summary["regions"])
 
     @classmethod
     def for_source(cls, source: str, path: str, settings: Settings, line_label: Callable[[int], str]) -> "HotMap":
@@ -78,8 +82,9 @@ class HotMap:
                 if state and state[0] == COLD and (function is not None and function["cold"] or state[1] != SCRIPT_REASON):
                     # a loop over data in `process()`, or an evaluation run every N steps, is not a step
                     return COLD_CODE
-                return Hot(f"inside the step loop `{self._header(region[5])}` at {self.line_label(region[5])}", region[5],
-                           direct=True)
+                loop_kind = "training loop" if region[8] else "step loop"
+                return Hot(f"inside the {loop_kind} `{self._header(region[5])}` at {self.line_label(region[5])}",
+                           region[5], direct=True, trains=region[8])
             if kind in S.RARE_REGIONS:
                 return COLD_CODE
             loop = loop or region

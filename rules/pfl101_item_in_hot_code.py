@@ -31,16 +31,16 @@ class ItemInHotCode(Rule):
         "logger aggregate on the device."
     )
     scope = "hot"
-    preview = True
+    preview_outside_training_loops = True
     tier_reason = (
-        "On unseen real code judged by hand (2026-12-01; bench/realworld/) it was right about half "
-        "the time before this catalogue's per-step changes (0.45 to 0.52 on samples 4 to 6, 0.71 on "
-        "sample 3), and 34 times in 42 decided findings on sample 7 (29 repositories), drawn after "
-        "them, but 21 of those came from one repository of GAN training scripts (13 in 21 without "
-        "it). The misses are tensors only the running program knows to be on the host (environments "
-        "and metrics on the CPU, metadata), offline tools and evaluation scripts that look like "
-        "training loops, and branches a configuration leaves off: `perflsp profile --run` records "
-        "which functions really run per step."
+        "In the body of a training loop it is stable: on unseen real code judged by hand "
+        "(2026-12-01; bench/realworld/judged8 and judged9, 59 repositories picked before looking) those "
+        "findings were right 101 times in 112 decided (42 in 46 and 59 in 66). Elsewhere in per-step "
+        "code (a `forward`, evaluation and inference loops, functions called per step) it was right "
+        "about half the time (0.45 to 0.81 per sample on samples 3 to 7): tensors only the running "
+        "program knows to be on the host (environments and metrics on the CPU, metadata), evaluation "
+        "scripts that look like training loops, and branches a configuration leaves off. "
+        "`perflsp profile --run` records which functions really run per step."
     )
     options = {CALL_CHAINS: CALL_CHAINS_OPTION}
     valid = [
@@ -105,7 +105,8 @@ class ItemInHotCode(Rule):
     ]
     invalid = [
         Invalid(
-            "import torch\n\ndef train(model, loader, opt):\n    for x, y in loader:\n        loss = model(x).sum()\n        print(loss.item())\n",
+            "import torch\n\ndef train(model, loader, opt):\n    for x, y in loader:\n        loss = model(x).sum()\n"
+            "        loss.backward()\n        opt.step()\n        print(loss.item())\n",
             flagged="loss.item()",
         ),
         Invalid(

@@ -6,8 +6,9 @@ it, where it applies (`scope`), its fix safety, its options, and examples that m
 (`valid`). The example test and the docs pages are generated from these declarations.
 
 A rule is stable (on by default) or, as in Ruff, in preview: a preview rule runs only in preview
-mode (`preview = true`, `perflsp check --preview`). Its `tier_reason` says why it is in its tier:
-the evidence from real code judged by hand.
+mode (`preview = true`, `perflsp check --preview`). A stable rule may keep part of what it reports
+in preview (`preview_outside_training_loops`). Its `tier_reason` says why it is in its tier: the
+evidence from real code judged by hand.
 """
 from __future__ import annotations
 
@@ -82,6 +83,10 @@ class Rule:
     scope: ClassVar[str] = "hot"  # "hot": per-step code only; "any": unless known cold; "setup": all but tests
     fix_safety: ClassVar[Optional[str]] = None  # None, "safe", "unsafe", or "safe/unsafe" (depends on the case)
     preview: ClassVar[bool] = False
+    # A stable rule whose findings outside the body of a training loop (a step loop that calls
+    # `backward()`) are preview behaviour, as Ruff extends stable rules in preview mode: outside
+    # preview mode it reports only there.
+    preview_outside_training_loops: ClassVar[bool] = False
     tier_reason: ClassVar[str] = ""  # why the rule is stable, or not yet on by default: the evidence
     options: ClassVar[Dict[str, Option]] = {}
     valid: ClassVar[Sequence[str]] = ()

@@ -19,7 +19,7 @@ from perflsp.rules.hot_table import (
     ONE_OFF_FUNCTIONS, PERIODIC_PREDICATE, SETTING_GRIDS, STEP_ITERABLE, STEP_RANGE_BOUND, TEST_FILE,
 )
 
-VERSION = 6  # bump when the shape or meaning of a summary changes (the cache keys on it)
+VERSION = 7  # bump when the shape or meaning of a summary changes (the cache keys on it)
 MODULE_LEVEL = "<module>"
 
 # Region kinds, innermost region decides: a step loop makes its body and callees per step,
@@ -31,6 +31,9 @@ STEP_LOOP, LOOP, COMPREHENSION, LAZY, PERIODIC = "step-loop", "loop", "comprehen
 FAILURE = "failure-path"
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 _WARNINGS = frozenset({"warnings.warn"})
+# `loss.backward()`, `scaler.scale(loss).backward()`, `accelerator.backward(loss)`,
+# `torch.autograd.backward(...)`, Lightning's `self.manual_backward(loss)`.
+_BACKWARD = frozenset({"backward", "manual_backward"})
 RARE_REGIONS = (LAZY, PERIODIC, FAILURE)
 # Call sites: what a call passes on to its callee. STEP: inside a step loop (per step whatever
 # the caller); COLD: inside a lazy-init, periodic or failure block (nothing); LOOP: inside another loop;
@@ -39,7 +42,8 @@ STEP, COLD, LOOP_SITE, PLAIN = "step", "cold", "loop", "plain"
 
 Span = Tuple[int, int, int, int]  # start row, start column, end row, end column (code points)
 # A region: [kind, *span, header row, owner function key, span left out (a comprehension's first
-# iterable) or None].
+# iterable) or None, trains]. `trains`: a step loop whose own body calls `backward()` (a training
+# loop: the strongest evidence that the tensors in it live on the accelerator).
 
 
 def source_lines(source: str) -> List[str]:
@@ -160,7 +164,7 @@ class _Scope:
         self.key = key
         self.class_key = class_key  # the class whose method this is (for `self.m()`)
         self.locals: Dict[str, str] = {}  # nested defs: name -> key
-        self.regions: List[Tuple[str, Span]] = []  # enclosing regions, innermost last
+        self.regions: List[list] = []  # enclosing regions, innermost last
         self.conditions = 0  # enclosing `if`/`except` blocks: calls there may not run every time
         self.periodic: set = set()  # names bound to "is this a logging step" (`log_now = step % n == 0`)
 
@@ -236,13 +240,13 @@ class _Summarizer:
             self.import_(node)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             self.exprs([node.iter], scope)
-            kind = STEP_LOOP if _is_step_iterable(node.iter) else LOOP
+            kind = STEP_LOOP if _is_step_iterable(node.iter) or _backpropagates(node.body) else LOOP
             self.region(kind, node, scope, lambda: (self.exprs([node.target], scope), self.block(node.body, scope)))
             self.block(node.orelse, scope)
         elif isinstance(node, ast.While):
             # `while True:` at a script's top level is its main loop
             forever = isinstance(node.test, ast.Constant) and node.test.value is True and scope.key.endswith(MODULE_LEVEL)
-            kind = STEP_LOOP if forever or _is_step_condition(node.test) else LOOP
+            kind = STEP_LOOP if forever or _is_step_condition(node.test) or _backpropagates(node.body) else LOOP
             self.region(kind, node, scope, lambda: (self.exprs([node.test], scope), self.block(node.body, scope)))
             self.block(node.orelse, scope)
         elif isinstance(node, ast.If):
@@ -332,8 +336,9 @@ class _Summarizer:
         return (node.lineno, self.column(node.lineno, node.col_offset), end_row, self.column(end_row, node.end_col_offset or 0))
 
     def enter(self, kind: str, span: Span, header: int, scope: _Scope, visit) -> None:
-        self.out["regions"].append([kind, *span, header, scope.key, None])
-        scope.regions.append((kind, span))
+        region = [kind, *span, header, scope.key, None, False]
+        self.out["regions"].append(region)
+        scope.regions.append(region)
         try:
             visit()
         finally:
@@ -357,11 +362,13 @@ class _Summarizer:
                 ref = self.ref(node.func, scope)
                 if ref is not None:
                     calls.append([scope.key, ref, node.lineno, _site(scope.regions), scope.conditions > 0])
+                if type(node.func) is ast.Attribute and node.func.attr in _BACKWARD:
+                    _mark_training(scope.regions)
             elif kind in _COMPREHENSIONS:
                 # the first iterable is evaluated once: the region leaves it out
                 first = node.generators[0].iter
                 loop = STEP_LOOP if _is_step_iterable(first, LOADER_ITERABLE) else COMPREHENSION
-                regions.append([loop, *self.span(node), node.lineno, scope.key, self.span(first)])
+                regions.append([loop, *self.span(node), node.lineno, scope.key, self.span(first), False])
             fields = _CHILD_FIELDS.get(kind)
             if fields is None:
                 fields = _child_fields(kind)
@@ -455,15 +462,44 @@ def _top_level(body: List[ast.stmt]):
                 yield from _top_level(inner)
 
 
-def _site(regions: List[Tuple[str, Span]]) -> str:
+def _site(regions: List[list]) -> str:
     looped = False
-    for kind, _ in reversed(regions):
+    for region in reversed(regions):
+        kind = region[0]
         if kind == STEP_LOOP:
             return STEP
         if kind in RARE_REGIONS:
             return COLD
         looped = True
     return LOOP_SITE if looped else PLAIN
+
+
+def _mark_training(regions: List[list]) -> None:
+    """A `backward()` call makes the innermost step loop around it a training loop (a def nested
+    in the loop has its own regions: a closure handed to `optimizer.step` does not count)."""
+    for region in reversed(regions):
+        if region[0] == STEP_LOOP:
+            region[8] = True
+            return
+
+
+def _backpropagates(body: List[ast.stmt]) -> bool:
+    """The loop's own body calls `backward()`: each pass is a training step, whatever the loop
+    iterates (`for batch in tepoch`, `for data in buffer.get(n)`). Loops and defs nested in it are
+    left out: they are judged on their own (an epoch loop around the step loop is no step loop), so
+    each statement is scanned once."""
+    stack: List[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _NOT_THE_LOOPS_OWN):
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _BACKWARD:
+            return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+_NOT_THE_LOOPS_OWN = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.For, ast.AsyncFor, ast.While)
 
 
 def _names(node: ast.AST) -> List[str]:

@@ -132,7 +132,7 @@ def _moved(group: S.Group, delta: int) -> S.Group:
                        for f in group.functions]
     moved.calls = [[c[0], c[1], c[2] + delta, *c[3:]] for c in group.calls]
     moved.regions = [[r[0], r[1] + delta, r[2], r[3] + delta, r[4], r[5] + delta, r[6],
-                      None if r[7] is None else (r[7][0] + delta, r[7][1], r[7][2] + delta, r[7][3])]
+                      None if r[7] is None else (r[7][0] + delta, r[7][1], r[7][2] + delta, r[7][3]), r[8]]
                      for r in group.regions]
     moved.classes = {k: {**v, "row": v["row"] + delta} for k, v in group.classes.items()}
     return moved

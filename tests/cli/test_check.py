@@ -230,9 +230,11 @@ def test_rule_command(perflsp_cli):
     assert page.returncode == 0
     for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety"):
         assert heading in page.stdout
-    assert "Tier: preview" in page.stdout and "Tier: stable" in perflsp_cli("rule", "PFL503").stdout
+    assert "Tier: stable (on by default) in the body of a training loop" in page.stdout
+    assert "Tier: preview" in perflsp_cli("rule", "PFL301").stdout
     listing = perflsp_cli("rule", "--all").stdout.splitlines()
     assert any(line.startswith("PFL503") and " stable " in line for line in listing)
+    assert any(line.startswith("PFL101") and " stable in training loops " in line for line in listing)
     assert any(line.startswith("PFL301") and " preview " in line for line in listing)
     assert perflsp_cli("rule", "PFL999").returncode == 2
 

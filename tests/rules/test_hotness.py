@@ -724,3 +724,31 @@ def test_sync_rules_need_direct_evidence(tmp_path):
     assert _rows(strict) == [("train.py", 6), ("train.py", 12), ("train.py", 17)]
     # The two reads of line 12 wait once: one finding.
     assert _rows(_project(tmp_path, files)) == [("train.py", 6), ("train.py", 8), ("train.py", 12), ("train.py", 17)]
+
+
+def test_a_loop_whose_body_calls_backward_is_a_training_loop(tmp_path):
+    found = _project(tmp_path, {"train.py": """
+        import torch
+
+        def fit(model, opt, buffer, tepoch, n_epochs):
+            for epoch in range(n_epochs):
+                for batch in buffer.get(64):
+                    loss = model(batch).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    clip = loss.detach().abs().max().item()
+                print(loss.item())
+
+        def run(model, opt, tepoch):
+            for i, batch in enumerate(tepoch):
+                loss = model(batch).mean()
+                scaler.scale(loss).backward()
+                log(loss.item())
+        """})
+    # The epoch loop around the training loop is not one: only the loop whose own body calls
+    # `backward()` is.
+    assert [(row, why) for _, row, code, why in found if code == "PFL101"] == [
+        (11, "inside the training loop `for batch in buffer.get(64)` at line 6"),
+        (18, "inside the training loop `for i, batch in enumerate(tepoch)` at line 15"),
+    ]

@@ -113,3 +113,52 @@ def test_the_table_names_real_rules_and_has_no_cycles():
     for entry in precedence.OUTRANKS:
         assert {entry.winner, entry.loser} <= codes and entry.why and entry.example
         assert (entry.loser, entry.winner) not in {(e.winner, e.loser) for e in precedence.OUTRANKS}
+
+
+# PFL101 is stable in the body of a training loop and preview elsewhere in per-step code.
+LOOPS = textwrap.dedent(
+    """\
+    import torch
+
+    def train(model, loader, opt):
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            print(loss.item())
+
+    def evaluate(model, loader):
+        for x, y in loader:
+            print(model(x).max().item())
+
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            return x / x.abs().max().item()
+    """
+)
+
+
+def test_pfl101_reports_training_loops_by_default_and_the_rest_of_per_step_code_in_preview():
+    stable = check_source(LOOPS, "m.py", Settings(select=("PFL101",)))
+    assert [(f.start.row, f.hot.message) for f in stable] == [(8, "inside the training loop `for x, y in loader` at line 4")]
+    preview = check_source(LOOPS, "m.py", Settings(select=("PFL101",), preview=True))
+    assert [f.start.row for f in preview] == [8, 12, 16]
+    assert preview[1].hot.message == "inside the step loop `for x, y in loader` at line 11"
+
+
+def test_a_backward_in_a_closure_does_not_make_its_loop_a_training_loop():
+    source = textwrap.dedent(
+        """\
+        import torch
+
+        def fit(model, loader, opt):
+            for x, y in loader:
+                def closure():
+                    loss = model(x).sum()
+                    loss.backward()
+                    return loss
+                print(opt.step(closure).item())
+        """
+    )
+    assert check_source(source, "m.py", Settings(select=("PFL101",))) == []
+    assert [f.start.row for f in check_source(source, "m.py", Settings(select=("PFL101",), preview=True))] == [9]
