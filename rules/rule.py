@@ -70,8 +70,8 @@ class Report:
 # 31: there the data was often already on the host (metrics on a driver process, metadata), which
 # no file shows.
 CALL_CHAINS = "call-chains"
-CALL_CHAINS_OPTION = Option(False, "also report per-step code reached through calls or in a loop nested in it "
-                                   "when nothing shows the tensor is on the GPU")
+CALL_CHAINS_OPTION = Option(False, "in preview mode, also report per-step code reached through calls or in a "
+                                   "loop nested in it when nothing shows the tensor is on the GPU")
 
 
 class Rule:
