@@ -79,10 +79,14 @@ def _whole(text: str, path: str):
 
 def _walked(walk: Walk):
     """What a walk found, in its order (its nodes are those of one tree: compared by identity)."""
-    return (list(walk.imports.items()), [(b.name, b.how, id(b.value)) for b in walk.bindings],
-            {t: [id(n) for n, _ in found] for t, found in walk.by_type.items()},
-            [(f.qualname, id(f.node)) for f in walk.functions], [id(n) for n in walk.parents],
-            [id(p) for p in walk.parents.values()], [id(c) for c, _ in walk.module_calls])
+    def bindings(found):
+        return [(b.name, b.how, id(b.value)) for b in found]
+
+    types = {t for _, part in walk.parts.values() for t in part.by_type}
+    return (list(walk.imports.items()), bindings(walk.bindings), {t: [id(n) for n, _ in walk.nodes(t)] for t in types},
+            [(f.qualname, id(f.node), {n: bindings(b) for n, b in f.scope.items()}) for f in walk.functions],
+            {id(n): id(p) for n, p in walk.parents.items()}, [id(c) for c, _ in walk.module_calls],
+            {n: bindings(b) for n, b in walk.module_scope.items()}, walk.names)
 
 
 def _incremental(text: str, path: str, reparser: Reparser):
