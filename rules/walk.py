@@ -166,7 +166,6 @@ class Walk:
         self.parents = self._parents(previous)
         self.functions: List[FunctionInfo] = []
         self.classes: List[ClassInfo] = []
-        self.bindings: List[Binding] = []
         self.imports: Dict[str, str] = {}  # local name -> qualified name
         self.module_calls: List[Tuple[cst.Call, Frame]] = []  # calls outside any function
         # Names bound outside any function (the module's, and class bodies') -> their bindings.
@@ -232,7 +231,6 @@ class Walk:
     def _merge(self, part: "Part") -> None:
         self.functions.extend(part.functions)
         self.classes.extend(part.classes)
-        self.bindings.extend(part.bindings)
         self.imports.update(part.imports)
         self.module_calls.extend(part.module_calls)
         for name, found in part.module_scope.items():
