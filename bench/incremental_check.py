@@ -4,10 +4,12 @@ The CI test (tests/rules/test_incremental.py) runs hundreds; this runs as many a
 gets `--edits` random edits in a row (a character typed or deleted, a line pasted from elsewhere
 in the file, a new line, a half-typed call; an edit that breaks the file is followed by one made
 to its last version that parsed, as when a line is completed), and every version is analysed
-twice: incrementally (the file's `Reparser`, remembered summaries) and whole
-(`libcst.parse_module`, `summarize_whole`). Findings must be equal, and for the versions that parse
-the trees and summaries too; the script prints the versions compared, how many parsed, how many of
-those were parsed one statement only, the mismatches (0 expected) and the CPU time of both paths.
+twice: incrementally (the file's `Reparser`, remembered summaries, the rules' candidates of the
+statements whose reads still hold) and whole (`libcst.parse_module`, `summarize_whole`, every
+statement checked). Findings must be equal, and for the versions that parse the trees and
+summaries too; the script prints the versions compared, how many parsed, how many of those were
+parsed one statement only, how many top-level statements kept their candidates, the mismatches (0
+expected) and the CPU time of both paths.
 
     python bench/incremental_check.py FILE ... [--edits 500] [--seed 0]
 """
@@ -50,7 +52,7 @@ def main() -> int:
     parser.add_argument("--edits", type=int, default=500, help="edits per file")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    total = parsed = spliced = mismatches = 0
+    total = parsed = spliced = mismatches = statements = reused = 0
     incremental_s = whole_s = 0.0
     for path in args.files:
         text = path.read_text(encoding="utf-8")
@@ -76,13 +78,15 @@ def main() -> int:
             if tree is not None:
                 parsed += 1
                 spliced += reparser.spliced
+                statements += len(tree.body)
+                reused += reparser.reuse.reused
             if got != want or facts["summary"] != summary or (tree is not None and not tree.deep_equals(reparser.module)):
                 mismatches += 1
                 print(f"MISMATCH: {path} after edit {total}", file=sys.stderr)
             good, text = (text, text) if tree is not None else (good, good)
         print(f"{path}: done", file=sys.stderr)
     print(f"{total} versions compared, {parsed} parsed, {spliced} of those parsed one statement only, "
-          f"{mismatches} mismatches; "
+          f"{reused} of their {statements} top-level statements kept their candidates, {mismatches} mismatches; "
           f"CPU: incremental {incremental_s:.1f} s, whole {whole_s:.1f} s")
     return 1 if mismatches else 0
 

@@ -16,8 +16,10 @@ statement), and the table gives the latency as a multiple of the bare parse.
 `--variant NAME:VAR=VALUE,...` (repeatable) runs each size once per variant, the variants taking
 turns edit by edit (each its own server, so the machine's load falls on all alike), e.g. the
 server's benchmark knobs `PERFLSP_GC_FREEZE=0` (no `gc.freeze()`) and `PERFLSP_CHEAP_MS=0` (always
-debounce), `PERFLSP_INCREMENTAL=0` (every version parsed and summarised whole). The load average
-is printed before and after.
+debounce), `PERFLSP_INCREMENTAL=0` (every version parsed and summarised whole), or
+`PYTHONPATH=DIR` with another checkout's `perflsp` package laid out in DIR (run from outside the
+repository, whose own `perflsp` folder would come first). The load average is printed before and
+after. `--preview` runs every rule, the preview tier too (`preview = true` in the workspace).
 
     python bench/lsp_latency.py [--sizes 500 2000 10000] [--edits 30 20 10] [--debounce-ms 150]
         [--first-lines 1000] [--variant new: --variant old:PERFLSP_GC_FREEZE=0,PERFLSP_CHEAP_MS=0] [--json out.json]
@@ -180,7 +182,8 @@ async def first_diagnostics(root: Path, runs: int, lines: int) -> Tuple[List[flo
 
 
 async def edit_latency(root: Path, lines: int, edits: int, debounce_ms: int, seed: int,
-                       variants: Dict[str, Dict[str, str]], real: Optional[Path] = None) -> Dict[str, Dict[str, float]]:
+                       variants: Dict[str, Dict[str, str]], real: Optional[Path] = None,
+                       preview: bool = False) -> Dict[str, Dict[str, float]]:
     """Per variant: the latency figures of `edits` edits of the same file, the variants taking turns.
     `real`: that file, with one-space edits inside functions, instead of a generated file of `lines`."""
     import libcst
@@ -192,7 +195,8 @@ async def edit_latency(root: Path, lines: int, edits: int, debounce_ms: int, see
     path = root / (real.name if real is not None else f"generated_{lines}.py")
     path.write_text(source, encoding="utf-8")
     parse_s = statistics.median(_timed(lambda: libcst.parse_module(source)) for _ in range(3))
-    check_s = statistics.median(_timed(lambda: check_text(source, str(path), Settings())) for _ in range(2))
+    settings = Settings(preview=preview)
+    check_s = statistics.median(_timed(lambda: check_text(source, str(path), settings)) for _ in range(2))
 
     function_rows = rows_in_functions(source) if real is not None else []
     uri = path.as_uri()
@@ -248,14 +252,15 @@ async def main_async(args: argparse.Namespace) -> dict:
         variants[name] = dict(a.split("=", 1) for a in assignments.split(",") if a)
     with tempfile.TemporaryDirectory(prefix="perflsp-bench-") as tmp:
         root = Path(tmp)
-        (root / "pyproject.toml").write_text("[tool.perflsp]\n")  # no config of this repository applies
+        # No config of this repository applies; `--preview` turns every rule on.
+        (root / "pyproject.toml").write_text("[tool.perflsp]\n" + ("preview = true\n" if args.preview else ""))
         load_before = os.getloadavg()
         from_init, from_spawn, first_cpu = await first_diagnostics(root, args.first_runs, args.first_lines)
         sizes = []
         runs = [(0, edits, path) for path, edits in zip(args.files, args.edits)] if args.files else [
             (lines, edits, None) for lines, edits in zip(args.sizes, args.edits)]
         for lines, edits, real in runs:
-            sizes.append(await edit_latency(root, lines, edits, args.debounce_ms, args.seed, variants, real))
+            sizes.append(await edit_latency(root, lines, edits, args.debounce_ms, args.seed, variants, real, args.preview))
             print(f"  {real or lines} done", file=sys.stderr)
         load_after = os.getloadavg()
     return {"python": platform.python_version(), "machine": platform.machine(), "debounce_ms": args.debounce_ms,
@@ -278,6 +283,7 @@ def main() -> int:
                         help="a server environment to compare (repeatable; they take turns edit by edit)")
     parser.add_argument("--files", type=Path, nargs="+", help="real files to edit (one-space edits inside functions)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--preview", action="store_true", help="run every rule (the preview tier too), as `preview = true`")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     if len(args.edits) != len(args.files or args.sizes):

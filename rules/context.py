@@ -4,14 +4,22 @@ Built on the single `Walk`: qualified names through import aliases, a small type
 (tensor / nn.Module / numpy / plain Python / unknown), hot regions with the reason they are hot,
 loop-invariance, and source positions computed only for the statements that hold findings.
 Rules ask questions; nothing here knows about any particular rule.
+
+The engine checks one top-level statement at a time (`checking`): the rules then see that
+statement's nodes, the answers worked out for it are kept for it alone (memos start empty), and
+whatever it reads outside itself is recorded in its `Reads`, so that its findings can be kept
+while a later version reads the same (`perflsp.rules.reuse`): the bindings of a module-level
+name, whether the module binds a name anywhere, facts about the whole module (`fact`), and the
+top-level statements themselves (`top_level`).
 """
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 from libcst._add_slots import add_slots
@@ -19,7 +27,7 @@ from libcst._nodes.internal import CodegenState
 
 from perflsp.config import Settings
 from perflsp.rules.hotness import HotMap
-from perflsp.rules.walk import Binding, ClassInfo, Frame, FunctionInfo, Walk, iter_children
+from perflsp.rules.walk import Binding, ClassInfo, Frame, FunctionInfo, Part, Walk, calls_named, iter_children, last_name
 
 # Kinds of values the inference tells apart. `None` means unknown: rules that need a tensor
 # stay silent on unknown values, because false positives kill linters.
@@ -75,6 +83,27 @@ _LITERALS = (
 _INDEX_LIKE = frozenset({"idx", "i", "step", "epoch", "batch_idx", "dataloader_idx", "batch_nb", "optimizer_idx"})
 
 
+class Reads:
+    """What checking one top-level statement read outside it (see `perflsp.rules.reuse`)."""
+
+    __slots__ = ("scope", "bound", "facts", "top_level")
+
+    def __init__(self) -> None:
+        self.scope: Dict[str, Tuple[object, ...]] = {}  # a module-level name -> `signature` of its bindings
+        self.bound: Dict[str, bool] = {}  # a name -> whether the module binds it anywhere
+        self.facts: Dict[Tuple[Callable[..., Any], Tuple[Any, ...]], Any] = {}  # (fact, arguments) -> value
+        self.top_level = False  # read the top-level statements themselves: holds for this version only
+
+
+def signature(bindings: Sequence[Binding]) -> Tuple[object, ...]:
+    """What the readers of module-level bindings see of them. A `def` binds a function, whose body
+    only its own statement reads, or a class, whose bases decide its kind (`_is_module_class`): the
+    bases (kept as the very same nodes while its body is edited) stand for it. Any other binding
+    stands for itself: its statement walked again, it is another binding."""
+    return tuple(b if b.how != "def" else ("class", tuple(b.value.bases)) if isinstance(b.value, cst.ClassDef)
+                 else "def" for b in bindings)
+
+
 class ModuleContext:
     def __init__(self, module: cst.Module, settings: Settings, hot: Optional[HotMap] = None, path: str = "<stdin>",
                  line_label: Callable[[int], str] = lambda row: f"line {row}", walk: Optional[Walk] = None):
@@ -84,21 +113,93 @@ class ModuleContext:
         self.settings = settings
         self.path = path
         self.walk = walk or Walk(module)
-        self._scopes: Dict[Optional[FunctionInfo], Dict[str, List[Binding]]] = {}
-        for binding in self.walk.bindings:
-            self._scopes.setdefault(binding.frame.function, {}).setdefault(binding.name, []).append(binding)
-        self._bound_names: Set[str] = {b.name for b in self.walk.bindings}
-        self._kind_memo: Dict[Tuple[int, int], Optional[str]] = {}
-        self._in_progress: Set[Tuple[int, int]] = set()
         self._assigned: Dict[cst.CSTNode, Set[str]] = {}
+        self._facts: Dict[Tuple[Callable[..., Any], Tuple[Any, ...]], Any] = {}
         self._spans: Dict[int, Tuple[Tuple[int, int], Tuple[int, int]]] = {}
         self._text = ""
         self._line_starts: List[int] = [0]
+        # What the rules are checking now (`checking`): None for the whole module.
+        self._part: Optional[Part] = None
+        self._recording: Optional[Reads] = None
+        self._kind_memo: Dict[Tuple[int, int], Optional[str]] = {}
+        self._in_progress: Set[Tuple[int, int]] = set()
+        self._scoped: Dict[object, Any] = {}
+
+    # -- one statement at a time ------------------------------------------------------------------
+
+    @contextmanager
+    def checking(self, stmt: cst.CSTNode) -> Iterator[Reads]:
+        """Within it, the rules check the top-level statement `stmt`: `nodes`, `functions` and
+        `classes` are its own, memos start empty, and what it reads outside itself is recorded."""
+        reads = Reads()
+        saved = self._enter(self.walk.part_of(stmt), reads)
+        try:
+            yield reads
+        finally:
+            self._leave(saved)
+
+    def fact(self, compute: Callable[..., Any], *args: Any) -> Any:
+        """`compute(self, *args)`, a fact about the whole module: worked out once per version and
+        apart from the statement being checked (with memos of its own, so that it never depends on
+        which statement asked first), and recorded as read by that statement."""
+        key = (compute, args)
+        if key in self._facts:
+            value = self._facts[key]
+        else:
+            saved = self._enter(None, None)
+            try:
+                value = compute(self, *args)
+            finally:
+                self._leave(saved)
+            self._facts[key] = value
+        if self._recording is not None:
+            self._recording.facts[key] = value
+        return value
+
+    def scoped(self, key: object, make: Callable[[], Any]) -> Any:
+        """Helpers' memos (`key` names one): kept while one statement, or one fact, is worked out."""
+        found = self._scoped.get(key)
+        if found is None:
+            found = self._scoped[key] = make()
+        return found
+
+    def checked(self, node: cst.CSTNode) -> bool:
+        """`node` is in what the rules check now (the statement, or the whole module)."""
+        return self._part is None or node in self._part.parents
+
+    def whole_module(self) -> cst.Module:
+        """The module, to read across its top-level statements: a statement whose check reads them
+        depends on them all."""
+        if self._recording is not None:
+            self._recording.top_level = True
+        return self.module
+
+    def top_level(self) -> Sequence[cst.CSTNode]:
+        """The module's top-level statements (see `whole_module`)."""
+        return self.whole_module().body
+
+    def _enter(self, part: Optional[Part], reads: Optional[Reads]) -> Tuple[Any, ...]:
+        saved = (self._part, self._recording, self._kind_memo, self._in_progress, self._scoped)
+        self._part, self._recording, self._kind_memo, self._in_progress, self._scoped = part, reads, {}, set(), {}
+        return saved
+
+    def _leave(self, saved: Tuple[Any, ...]) -> None:
+        self._part, self._recording, self._kind_memo, self._in_progress, self._scoped = saved
 
     # -- traversal helpers ------------------------------------------------------------------------
 
     def nodes(self, node_type: type) -> List[Tuple[cst.CSTNode, Frame]]:
-        return self.walk.nodes(node_type)
+        """The nodes of the type in what the rules check now, in source order."""
+        if self._part is None:
+            return self.walk.nodes(node_type)
+        return self._part.by_type.get(node_type, [])
+
+    def calls_named(self, *names: str) -> List[Tuple[cst.Call, Frame]]:
+        """Every call in the module of a callee written or imported under one of `names` (`load`
+        finds `torch.load(...)`, `model.load(...)` and, after `from torch import load as tl`, `tl(...)`)."""
+        wanted = set(names)
+        wanted.update(local for local, qualname in self.walk.imports.items() if qualname.rsplit(".", 1)[-1] in names)
+        return self.walk.gather(calls_named(frozenset(wanted)))
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         return self.walk.parents.get(node)
@@ -158,7 +259,7 @@ class ModuleContext:
         child, parent = node, self.parent(node)
         while parent is not None:
             if isinstance(parent, (cst.IndentedBlock, cst.Module)):
-                body = list(parent.body)
+                body = list(self.top_level() if parent is self.module else parent.body)
                 yield parent, body, next(i for i, stmt in enumerate(body) if stmt is child)
             child, parent = parent, self.parent(parent)
 
@@ -183,11 +284,13 @@ class ModuleContext:
 
     @property
     def functions(self) -> List[FunctionInfo]:
-        return self.walk.functions
+        """The functions in what the rules check now."""
+        return self.walk.functions if self._part is None else self._part.functions
 
     @property
     def classes(self) -> List[ClassInfo]:
-        return self.walk.classes
+        """The classes in what the rules check now."""
+        return self.walk.classes if self._part is None else self._part.classes
 
     # -- names ------------------------------------------------------------------------------------
 
@@ -202,9 +305,16 @@ class ModuleContext:
 
     def builtin(self, expr: cst.BaseExpression) -> Optional[str]:
         """The builtin's name when `expr` names a builtin that the module does not shadow."""
-        if isinstance(expr, cst.Name) and expr.value not in self._bound_names and expr.value not in self.walk.imports:
+        if isinstance(expr, cst.Name) and not self._bound(expr.value) and expr.value not in self.walk.imports:
             return expr.value
         return None
+
+    def _bound(self, name: str) -> bool:
+        """The module binds `name` somewhere, in any scope."""
+        bound = name in self.walk.names
+        if self._recording is not None:
+            self._recording.bound[name] = bound
+        return bound
 
     def method_name(self, call: cst.Call) -> Optional[str]:
         func = call.func
@@ -241,7 +351,7 @@ class ModuleContext:
 
     def last_name(self, expr: cst.BaseExpression) -> Optional[str]:
         """`Conv2d` for `nn.Conv2d` and for `Conv2d`: a cheap filter before `qualname`."""
-        return _last_name(expr)
+        return last_name(expr)
 
     # -- type inference ---------------------------------------------------------------------------
 
@@ -303,11 +413,18 @@ class ModuleContext:
     def bindings_of(self, name: str, frame: Frame) -> List[Binding]:
         function = frame.function
         while function is not None:
-            found = self._scopes.get(function, {}).get(name)
+            found = function.scope.get(name)
             if found:
                 return found
             function = function.parent
-        return self._scopes.get(None, {}).get(name, [])
+        return self._module_bindings(name)
+
+    def _module_bindings(self, name: str) -> List[Binding]:
+        """The bindings of `name` outside any function (the module's and class bodies')."""
+        found = self.walk.module_scope.get(name, [])
+        if self._recording is not None and name not in self._recording.scope:
+            self._recording.scope[name] = signature(found)
+        return found
 
     def _name_kind(self, name: str, frame: Frame) -> Optional[str]:
         bindings = self.bindings_of(name, frame)
@@ -388,7 +505,7 @@ class ModuleContext:
             name = self.qualname(base.value) or (base.value.value if isinstance(base.value, cst.Name) else "")
             if name.endswith("Module") or name.startswith("torch.nn."):
                 return True
-            local = [b for b in self._scopes.get(None, {}).get(name, []) if isinstance(b.value, cst.ClassDef)]
+            local = [b for b in self._module_bindings(name) if isinstance(b.value, cst.ClassDef)]
             if local and local[0].value is not node and self._is_module_class(local[0].value):  # type: ignore[arg-type]
                 return True
         return False
@@ -526,7 +643,7 @@ class ModuleContext:
 
     def runs_per_step(self, function: FunctionInfo) -> bool:
         """The project's per-step model says `function` runs on every step (see `perflsp.rules.hotness`)."""
-        return self.hot.function_runs_per_step(function.name, function.class_info.name if function.class_info else None)
+        return self.fact(_runs_per_step, function.name, function.class_info.name if function.class_info else None)
 
     def is_compiled(self, function: FunctionInfo) -> bool:
         """Decorated with `torch.compile` or passed to `torch.compile(...)` in this module."""
@@ -536,7 +653,7 @@ class ModuleContext:
                 target = target.func
             if self.qualname(target) == "torch.compile":
                 return True
-        names = self._compiled_names()
+        names = self.fact(_compiled_names)
         return function.name in names or "self" in names or (
             function.class_info is not None and function.class_info.name in names)
 
@@ -553,39 +670,7 @@ class ModuleContext:
             target = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
             if self.qualname(target) == "torch.compile":
                 return "decorated with `@torch.compile`"
-        compiled = self._strictly_compiled().get(function)
-        return f"compiled by `{self.code(compiled, 40)}`" if compiled is not None else None
-
-    def _strictly_compiled(self) -> Dict[FunctionInfo, cst.Call]:
-        """Function -> the `torch.compile(...)` call that compiles it (see `compiled_by`), found once."""
-        found = getattr(self, "_compiled_functions", None)
-        if found is not None:
-            return found
-        found = self._compiled_functions = {}
-        module_functions = {f.name: f for f in self.functions if f.class_info is None and f.parent is None}
-        forwards = {c.name: c.methods["forward"] for c in self.classes if "forward" in c.methods}
-        for call, frame in self.nodes(cst.Call):
-            if self.qualname(call.func) != "torch.compile" or not call.args or call.args[0].keyword is not None:
-                continue
-            target = call.args[0].value
-            made = [b.value for b in self.bindings_of(target.value, frame) if b.how == "assign"] \
-                if isinstance(target, cst.Name) else []
-            if isinstance(target, cst.Name) and not made and target.value in module_functions:
-                found.setdefault(module_functions[target.value], call)
-            for value in [target] + made:
-                if isinstance(value, cst.Call) and _last_name(value.func) in forwards:
-                    found.setdefault(forwards[_last_name(value.func)], call)
-        return found
-
-    def _compiled_names(self) -> Set[Optional[str]]:
-        """Last names of everything passed to `torch.compile(...)` in this module, found once:
-        `is_compiled` runs per function, and a scan of every call each time is quadratic."""
-        names = getattr(self, "_compile_args", None)
-        if names is None:
-            names = self._compile_args = {
-                _last_name(arg.value) for call, _ in self.nodes(cst.Call)
-                if self.qualname(call.func) == "torch.compile" for arg in call.args}  # type: ignore[attr-defined]
-        return names
+        return self.fact(_compiled_by, function)
 
     # -- loops ------------------------------------------------------------------------------------
 
@@ -593,8 +678,9 @@ class ModuleContext:
         """Names (re)bound in each iteration of `loop`, its own target included."""
         found = self._assigned.get(loop)
         if found is None:
-            found = {b.name for b in self.walk.bindings if loop in b.frame.loops}
-            self._assigned[loop] = found
+            stmt = self.walk.statement_of(loop)  # a loop's bindings are its statement's
+            bindings = self.walk.part_of(stmt).bindings if stmt is not None else []
+            found = self._assigned[loop] = {b.name for b in bindings if loop in b.frame.loops}
         return found
 
     def names_in(self, node: cst.CSTNode) -> Set[str]:
@@ -691,6 +777,43 @@ class _SpanState(CodegenState):
             self.spans[id(node)][1] = len(self.tokens)
 
 
+def _runs_per_step(ctx: ModuleContext, name: str, class_name: Optional[str]) -> bool:
+    return ctx.hot.function_runs_per_step(name, class_name)
+
+
+def _compile_calls(ctx: ModuleContext) -> List[Tuple[cst.Call, Frame]]:
+    return [(call, frame) for call, frame in ctx.calls_named("compile") if ctx.qualname(call.func) == "torch.compile"]
+
+
+def _compiled_names(ctx: ModuleContext) -> FrozenSet[Optional[str]]:
+    """Last names of everything passed to `torch.compile(...)` in this module."""
+    return frozenset(last_name(arg.value) for call, _ in _compile_calls(ctx) for arg in call.args)
+
+
+def _compiled_by(ctx: ModuleContext, function: FunctionInfo) -> Optional[str]:
+    compiled = ctx.fact(_strictly_compiled).get(function)
+    return f"compiled by `{ctx.code(compiled, 40)}`" if compiled is not None else None
+
+
+def _strictly_compiled(ctx: ModuleContext) -> Dict[FunctionInfo, cst.Call]:
+    """Function -> the `torch.compile(...)` call that compiles it (see `compiled_by`)."""
+    found: Dict[FunctionInfo, cst.Call] = {}
+    module_functions = {f.name: f for f in ctx.walk.functions if f.class_info is None and f.parent is None}
+    forwards = {c.name: c.methods["forward"] for c in ctx.walk.classes if "forward" in c.methods}
+    for call, frame in _compile_calls(ctx):
+        if not call.args or call.args[0].keyword is not None:
+            continue
+        target = call.args[0].value
+        made = [b.value for b in ctx.bindings_of(target.value, frame) if b.how == "assign"] \
+            if isinstance(target, cst.Name) else []
+        if isinstance(target, cst.Name) and not made and target.value in module_functions:
+            found.setdefault(module_functions[target.value], call)
+        for value in [target] + made:
+            if isinstance(value, cst.Call) and last_name(value.func) in forwards:
+                found.setdefault(forwards[last_name(value.func)], call)  # type: ignore[index]
+    return found
+
+
 def _last_statement(statement: cst.CSTNode) -> cst.CSTNode:
     """The statement a loop or `with` runs last (a loop's body runs to its end on every pass; an
     `if` or `try` may skip it)."""
@@ -753,16 +876,8 @@ def _join_arith(a: Optional[str], b: Optional[str]) -> Optional[str]:
     return PYTHON if a == b == PYTHON else None
 
 
-def _last_name(expr: cst.BaseExpression) -> Optional[str]:
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
-        return expr.attr.value
-    return None
-
-
 def _looks_like_loader(expr: cst.BaseExpression) -> bool:
-    name = _last_name(expr)
+    name = last_name(expr)
     return name is not None and "loader" in name.lower()
 
 
@@ -772,4 +887,4 @@ _MODEL_NAME = re.compile(r"(^|_)(model|module|encoder|decoder|criterion|loss_fn|
 
 def _looks_like_model(expr: cst.BaseExpression) -> bool:
     """`model`, `teacher_model`, `resnet`, `self.encoder`: a name that ends like a module's."""
-    return bool(_MODEL_NAME.search((_last_name(expr) or "").lower()))
+    return bool(_MODEL_NAME.search((last_name(expr) or "").lower()))

@@ -13,16 +13,15 @@ behave as if the tensor may be on the GPU.
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass
-from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from perflsp.rules.context import LOADER, PYTHON, TENSOR, ModuleContext
 from perflsp.rules.dtypes import target_dtype
 from perflsp.rules.pfl301_layout_copy import value_before
-from perflsp.rules.walk import Binding, ClassInfo, Frame, FunctionInfo
+from perflsp.rules.walk import Binding, ClassInfo, Frame, FunctionInfo, Part, last_name
 
 HOST = "cpu"
 ACCELERATOR = "accelerator"
@@ -255,42 +254,20 @@ def _iterated(ctx: ModuleContext, iterable: cst.BaseExpression) -> cst.BaseExpre
 # -- the inference behind `placement` ---------------------------------------------------------------
 
 class _Facts:
-    """Per-file memo of `placement` answers and of the names passed as `collate_fn=`."""
+    """Memo of `placement` answers (one per statement checked, see `ModuleContext.checking`)."""
 
     def __init__(self, ctx: ModuleContext):
         self.ctx = ctx
         self.memo: Dict[Tuple[int, int], Optional[_Place]] = {}
         self.in_progress: Set[Tuple[int, int]] = set()
-        self._collate_fns: Optional[Set[str]] = None
-        self._default_set: Optional[bool] = None
-        self._stores: Optional[Dict[str, List[Tuple[cst.BaseExpression, Frame]]]] = None
 
-    def stored(self, key: str) -> List[Tuple[cst.BaseExpression, Frame]]:
+    def stored(self, key: str) -> Tuple[Tuple[cst.BaseExpression, Frame], ...]:
         """The values this file assigns under `[key]` (`state["step"] = torch.tensor(0.0)`)."""
-        if self._stores is None:
-            self._stores = {}
-            for node, frame in self.ctx.nodes(cst.Assign):
-                for target in node.targets:
-                    found = _constant_key(target.target)
-                    if found is not None:
-                        self._stores.setdefault(found, []).append((node.value, frame))
-        return self._stores.get(key, [])
-
-    def collate_fns(self) -> Set[str]:
-        if self._collate_fns is None:
-            ctx = self.ctx
-            self._collate_fns = {
-                ctx.last_name(arg.value) or "" for call, _ in ctx.nodes(cst.Call)
-                for arg in call.args  # type: ignore[attr-defined]
-                if arg.keyword is not None and arg.keyword.value == "collate_fn"}
-        return self._collate_fns
+        return self.ctx.fact(_stored, key)
 
     def default_device_set(self) -> bool:
         """`torch.set_default_device(...)` somewhere in the file: factories may allocate anywhere."""
-        if self._default_set is None:
-            self._default_set = any(self.ctx.qualname(call.func) == "torch.set_default_device"  # type: ignore[attr-defined]
-                                    for call, _ in self.ctx.nodes(cst.Call))
-        return self._default_set
+        return self.ctx.fact(_default_device_set)
 
     def place(self, expr: cst.BaseExpression, frame: Frame, depth: int) -> Optional[_Place]:
         key = (id(expr), id(frame))
@@ -480,6 +457,30 @@ class _Facts:
                          for o in operands if ctx.kind(o, frame) != PYTHON])
 
 
+def _stored(ctx: ModuleContext, key: str) -> Tuple[Tuple[cst.BaseExpression, Frame], ...]:
+    return tuple((value, frame) for found, value, frame in ctx.walk.gather(_stores) if found == key)
+
+
+def _stores(part: Part) -> List[Tuple[str, cst.BaseExpression, Frame]]:
+    """(key, value, frame) of a statement's `x[key] = value` with a constant string key."""
+    return [(found, node.value, frame) for node, frame in part.by_type.get(cst.Assign, ())
+            for found in (_constant_key(t.target) for t in node.targets) if found is not None]
+
+
+def _collate_fns(ctx: ModuleContext) -> FrozenSet[str]:
+    """The names passed as `collate_fn=` anywhere in the file."""
+    return frozenset(ctx.walk.gather(_collate_fn_names))
+
+
+def _collate_fn_names(part: Part) -> List[str]:
+    return [last_name(arg.value) or "" for call, _ in part.by_type.get(cst.Call, ()) for arg in call.args
+            if arg.keyword is not None and arg.keyword.value == "collate_fn"]
+
+
+def _default_device_set(ctx: ModuleContext) -> bool:
+    return any(ctx.qualname(call.func) == "torch.set_default_device" for call, _ in ctx.calls_named("set_default_device"))
+
+
 def _constant_key(expr: cst.BaseExpression) -> Optional[str]:
     """`"step"` for `state["step"]` / `self.state["step"]`: a string-keyed slot of a container."""
     if not isinstance(expr, cst.Subscript) or len(expr.slice) != 1:
@@ -513,20 +514,14 @@ def _same(places: List[Optional[_Place]]) -> Optional[_Place]:
     return _Place(devices.pop(), all(p.array for p in places)) if len(devices) == 1 else None  # type: ignore[union-attr]
 
 
-_FACTS: "weakref.WeakKeyDictionary[ModuleContext, _Facts]" = weakref.WeakKeyDictionary()
-
-
 def _facts(ctx: ModuleContext) -> _Facts:
-    facts = _FACTS.get(ctx)
-    if facts is None:
-        facts = _FACTS[ctx] = _Facts(ctx)
-    return facts
+    return ctx.scoped(_Facts, lambda: _Facts(ctx))
 
 
 def _worker_function(ctx: ModuleContext, function: FunctionInfo) -> bool:
     name = function.name
     cls = function.class_info
-    if "collate" in name.lower() or name in _facts(ctx).collate_fns():
+    if "collate" in name.lower() or name in ctx.fact(_collate_fns):
         return True
     if cls is None:
         return False

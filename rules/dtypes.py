@@ -7,7 +7,6 @@ indexing and moves keep; None when unknown.
 """
 from __future__ import annotations
 
-import weakref
 from typing import Dict, Optional
 
 import libcst as cst
@@ -44,8 +43,6 @@ _SAME_DTYPE = frozenset(
     flatten unflatten repeat tile cuda cpu pin_memory t narrow select flip roll""".split()
 )
 _MAX_DEPTH = 8
-# Per file: does it call `torch.set_default_dtype`?
-_DEFAULT_CHANGED: "weakref.WeakKeyDictionary[ModuleContext, bool]" = weakref.WeakKeyDictionary()
 
 
 def target_dtype(ctx: ModuleContext, call: cst.Call) -> Optional[cst.BaseExpression]:
@@ -135,8 +132,8 @@ def _factory_dtype(ctx: ModuleContext, qualname: str, call: cst.Call) -> Optiona
 
 
 def _changes_default_dtype(ctx: ModuleContext) -> bool:
-    found = _DEFAULT_CHANGED.get(ctx)
-    if found is None:
-        found = _DEFAULT_CHANGED[ctx] = any(
-            ctx.qualname(call.func) == "torch.set_default_dtype" for call, _ in ctx.nodes(cst.Call))  # type: ignore[attr-defined]
-    return found
+    return ctx.fact(_default_dtype_set)
+
+
+def _default_dtype_set(ctx: ModuleContext) -> bool:
+    return any(ctx.qualname(call.func) == "torch.set_default_dtype" for call, _ in ctx.calls_named("set_default_dtype"))

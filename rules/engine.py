@@ -1,5 +1,7 @@
 """Check one source text: parse once, build the shared context, run every enabled rule
-(and the rules that outrank one, see `precedence`).
+(and the rules that outrank one, see `precedence`) over each top-level statement (`reuse`: an
+open file's next version checks only the statements whose candidates may have changed), then
+judge every candidate: hot or not, outranked, suppressed, where.
 
 This is the one entry point the CLI, the cache and the language server share, so the editor and
 CI can never disagree.
@@ -7,7 +9,6 @@ CI can never disagree.
 from __future__ import annotations
 
 import ast
-import logging
 import re
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -15,7 +16,7 @@ import libcst as cst
 
 from perflsp.config import Settings
 from perflsp.findings import Edit, Finding, Fix, HotContext, Location, rule_url
-from perflsp.rules import limits, precedence, suppress
+from perflsp.rules import limits, precedence, reuse, suppress
 from perflsp.rules.context import ModuleContext
 from perflsp.rules.hotness import COLD_CODE, Hot, HotMap
 from perflsp.rules.summary import source_lines
@@ -26,7 +27,6 @@ from perflsp.rules.walk import Walk
 if TYPE_CHECKING:
     from perflsp.rules.reparse import Reparser
 
-log = logging.getLogger("perflsp")
 
 SYNTAX_ERROR = "PFL000"
 # libcst's syntax errors, and the SyntaxError (CSTValidationError) it raises for code it parses but
@@ -97,15 +97,7 @@ def _check_module(module: cst.Module, reparser: "Optional[Reparser]", source: st
     if reparser is not None:
         reparser.walk = walk
     ctx = ModuleContext(module, settings, hot, path, label, walk)
-    candidates: List[Tuple[Rule, Report]] = []
-    for rule in rules:
-        try:
-            candidates.extend((rule, report) for report in rule.check(ctx))
-        except RecursionError:
-            raise  # the file is too deep for every rule: one PFL000, not a traceback per rule
-        except Exception:  # a rule bug must cost one rule on one file, never the whole run
-            log.exception("perflsp: rule %s failed on %s; its findings for this file are skipped", rule.code, path)
-            candidates = [r for r in candidates if r[0] is not rule]
+    candidates = reuse.candidates(ctx, rules, reparser.reuse if reparser is not None else None)
     if not candidates:
         return []
     ctx.locate(_nodes_to_locate(candidates))

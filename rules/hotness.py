@@ -46,6 +46,7 @@ class HotMap:
             self.regions.setdefault(region[6], []).append(region)
         self.lines = lines
         self.line_label = line_label
+        self._per_step: Optional[set] = None  # labels of per-step functions and their dotted tails
         # Nothing in the file can be hot without a step loop or a per-step function in it.
         self.may_be_hot = not self.test and (any(r[0] == S.STEP_LOOP for r in summary["regions"])
                                              or any(state[0] == STEP for state in self.status.values()))
@@ -106,9 +107,10 @@ class HotMap:
         """For rules that judge a whole function (`Class.method` or a plain function's name)."""
         if self.test:
             return False
-        label = f"{class_name}.{name}" if class_name else name
-        return any(state[0] == STEP and (self._label(key) == label or self._label(key).endswith("." + label))
-                   for key, state in self.status.items())
+        if self._per_step is None:  # asked for every function: one set instead of a scan each time
+            labels = [self._label(key).split(".") for key, state in self.status.items() if state[0] == STEP]
+            self._per_step = {".".join(parts[i:]) for parts in labels for i in range(len(parts))}
+        return (f"{class_name}.{name}" if class_name else name) in self._per_step
 
     def _function_at(self, row: int) -> Optional[Dict[str, Any]]:
         index = bisect_right(self._starts, row)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Dict, Iterator, List
+from typing import Dict, Iterable, Iterator, List, Tuple
 
 import libcst as cst
 
@@ -116,11 +116,17 @@ class ItemInHotCode(Rule):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
+        calls = ctx.nodes(cst.Call)
+        yield from self._reports(ctx, [(c, f) for c, f in calls if not _module_level(f)])
+        if any(_module_level(frame) for _, frame in calls):
+            yield from (r for r in ctx.fact(_module_level_reports, self) if ctx.checked(r.node))
+
+    def _reports(self, ctx: ModuleContext, calls: Iterable[Tuple[cst.Call, Frame]]) -> Iterator[Report]:
         reads: Dict[cst.Call, Frame] = {}
         # The reads and the copies to the host (`.cpu()`, `.tolist()`: they drain the queue too),
         # in source order.
         syncs: List[cst.Call] = []
-        for call, frame in ctx.nodes(cst.Call):
+        for call, frame in calls:
             method = ctx.method_name(call)
             if method not in _SYNCS or (method == "item" and call.args):
                 continue
@@ -152,6 +158,16 @@ class ItemInHotCode(Rule):
                 on_accelerator=any(placement(ctx, call.func.value, reads[call]) == ACCELERATOR
                                    for call in (first, *rest)),
             )
+
+
+def _module_level(frame: Frame) -> bool:
+    """Code outside functions and classes: syncs there are back to back across top-level
+    statements (`ModuleContext.back_to_back`), so they are judged for the whole module at once."""
+    return frame.function is None and frame.class_info is None
+
+
+def _module_level_reports(ctx: ModuleContext, rule: ItemInHotCode) -> Tuple[Report, ...]:
+    return tuple(rule._reports(ctx, [(c, f) for c, f in ctx.calls_named(*_SYNCS) if _module_level(f)]))
 
 
 _SYNCS = frozenset({"item", "cpu", "tolist"})

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Dict, Iterator, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -162,7 +162,7 @@ class NumpyFloat64(Rule):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
-        converted: Optional[Set[Tuple[Optional[FunctionInfo], str]]] = None
+        converted: Dict[Optional[FunctionInfo], FrozenSet[str]] = {}
         for call, frame in ctx.nodes(cst.Call):
             if ctx.qualname(call.func) not in _TO_TENSOR:
                 continue
@@ -174,9 +174,9 @@ class NumpyFloat64(Rule):
                 continue
             name = _assigned_name(ctx, call)
             if name is not None:
-                if converted is None:
-                    converted = _converted_names(ctx)
-                if (frame.function, name) in converted:
+                if frame.function not in converted:
+                    converted[frame.function] = _converted_names(ctx, frame.function)
+                if name in converted[frame.function]:
                     continue
             fix = self.replace("Append `.float()`", "unsafe",
                                (call, cst.Call(func=cst.Attribute(value=call, attr=cst.Name("float")))))
@@ -198,12 +198,20 @@ def _assigned_name(ctx: ModuleContext, call: cst.Call) -> Optional[str]:
     return None
 
 
-def _converted_names(ctx: ModuleContext) -> Set[Tuple[Optional[FunctionInfo], str]]:
-    """(function, name) for every local name converted to another dtype somewhere (`t.float()`,
-    `t.to(device, torch.float32)`): a tensor made float64 there is converted before it is used."""
-    found = set()
-    for call, frame in ctx.nodes(cst.Call):
-        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-        if isinstance(receiver, cst.Name) and _converts(ctx, call, frame):
-            found.add((frame.function, receiver.value))
-    return found
+def _converted_names(ctx: ModuleContext, function: Optional[FunctionInfo]) -> FrozenSet[str]:
+    """The local names of `function` (None: of the module level, across its top-level statements)
+    converted to another dtype somewhere in it (`t.float()`, `t.to(device, torch.float32)`): a
+    tensor made float64 there is converted before it is used."""
+    if function is None:
+        return ctx.fact(_converted_at_module_level)
+    return _converted_in(ctx, function.calls)
+
+
+def _converted_at_module_level(ctx: ModuleContext) -> FrozenSet[str]:
+    return _converted_in(ctx, ctx.walk.module_calls)
+
+
+def _converted_in(ctx: ModuleContext, calls: List[Tuple[cst.Call, Frame]]) -> FrozenSet[str]:
+    return frozenset(call.func.value.value for call, frame in calls  # type: ignore[attr-defined]
+                     if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
+                     and _converts(ctx, call, frame))

@@ -31,7 +31,7 @@ def value_before(ctx: ModuleContext, name: cst.Name) -> Optional[cst.BaseExpress
                                                  cst.DictComp, cst.GeneratorExp)):
             return None
         if isinstance(parent, (cst.Module, cst.IndentedBlock, cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-            body = list(parent.body)
+            body = list(ctx.top_level() if isinstance(parent, cst.Module) else parent.body)
             index = next(i for i, stmt in enumerate(body) if stmt is node)
             for stmt in reversed(body[:index]):
                 found, value = _binds(ctx, stmt, name.value)
@@ -231,7 +231,7 @@ def _uses(ctx: ModuleContext, copy: cst.Call, frame: Frame) -> List[cst.CSTNode]
     if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)):
         return [copy]
     name = assign.targets[0].target.value
-    scope = frame.function.node if frame.function is not None else ctx.module
+    scope = frame.function.node if frame.function is not None else ctx.whole_module()
     in_order = list(reversed(list(ctx.descendants(scope))))  # `descendants` runs right to left, parents first
     candidates = in_order[in_order.index(assign) + 1:]
     loops = [loop for loop in frame.loops if isinstance(loop, (cst.For, cst.While))]

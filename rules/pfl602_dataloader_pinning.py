@@ -80,7 +80,7 @@ class DataloaderPinning(Rule):
             (call, frame) for call, frame in dataloader_calls(ctx)
             if _unpinned(ctx, call) and not dataset_on_device(ctx, call, frame)
         ]
-        mover = _first_move_to_accelerator(ctx) if loaders else None
+        mover = ctx.fact(_first_move_to_accelerator) if loaders else None
         if mover is None:
             return
         for call, frame in loaders:
@@ -100,4 +100,4 @@ def _unpinned(ctx: ModuleContext, call: cst.Call) -> bool:
 
 def _first_move_to_accelerator(ctx: ModuleContext) -> Optional[cst.Call]:
     """The first `.cuda()`, `.to(<device>)` or `device=<cuda>` in the module: batches are probably headed there too."""
-    return next((call for call, frame in ctx.nodes(cst.Call) if on_device(ctx, call, frame)), None)  # type: ignore[arg-type]
+    return next((call for call, frame in ctx.walk.nodes(cst.Call) if on_device(ctx, call, frame)), None)  # type: ignore[arg-type]

@@ -130,7 +130,6 @@ class DebugApiLeftOn(Rule):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
-        trains: Optional[bool] = None  # computed once, only if a gradcheck shows up
         for call, frame in ctx.nodes(cst.Call):
             cost = self._call_cost(ctx, call)  # type: ignore[arg-type]
             if cost is None:
@@ -139,9 +138,7 @@ class DebugApiLeftOn(Rule):
                 # A gradcheck in a test, or in a module that never trains, is what gradcheck is for.
                 if frame.function is not None and frame.function.name.startswith("test"):
                     continue
-                if trains is None:
-                    trains = any(is_gradient_call(ctx, c) for c, _ in ctx.nodes(cst.Call))  # type: ignore[arg-type]
-                if not trains:
+                if not ctx.fact(_trains):
                     continue
             if _behind_flag(ctx, call):
                 continue
@@ -174,6 +171,11 @@ class DebugApiLeftOn(Rule):
             elif ctx.literal(arg.value) is not True:
                 return None
         return cost
+
+
+def _trains(ctx: ModuleContext) -> bool:
+    """The module runs a backward pass or an optimizer step somewhere."""
+    return any(is_gradient_call(ctx, c) for c, _ in ctx.calls_named("backward", "step", "grad"))
 
 
 def _is_launch_blocking(ctx: ModuleContext, target: cst.BaseExpression) -> bool:

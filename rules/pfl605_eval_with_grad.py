@@ -99,9 +99,28 @@ class EvalWithGrad(Rule):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
+        calls = ctx.nodes(cst.Call)
+        found = self._candidates(ctx, [(c, f) for c, f in calls if f.function is not None])
+        if any(frame.function is None for _, frame in calls):
+            found.update(ctx.fact(_module_level_candidates, self))
+        for call, _ in calls:
+            if call in found:
+                frame, model = found[call]
+                yield self.report(
+                    call, frame,
+                    f"`{ctx.code(call)}` builds the autograd graph {{where}}: `{model}` is in eval mode, but "
+                    "`.eval()` does not disable autograd, so the forward keeps the activations a backward "
+                    "would need, for a backward that never comes; run the loop under "
+                    "`torch.inference_mode()` or `torch.no_grad()`",
+                )
+
+    def _candidates(self, ctx: ModuleContext, calls: List[Tuple[cst.Call, Frame]]) -> Dict[cst.Call, Tuple[Frame, str]]:
+        """The calls of an eval-mode model in a loop with autograd on, among `calls` (in source
+        order), each with its frame and the model: what each function (or the module level)
+        does, in order, decides."""
         states: Dict[Optional[FunctionInfo], _State] = {}
         candidates: List[Tuple[cst.Call, Frame, str, _State, int]] = []
-        for call, frame in ctx.nodes(cst.Call):
+        for call, frame in calls:
             state = states.get(frame.function)
             if state is None:
                 state = states[frame.function] = _State()
@@ -113,18 +132,10 @@ class EvalWithGrad(Rule):
                 model = self._evaluated_model(ctx, call, frame, state)  # type: ignore[arg-type]
                 if model is not None and not _under_grad_free(ctx, frame):
                     candidates.append((call, frame, model, state, state.segment))  # type: ignore[arg-type]
-        for call, frame, model, state, segment in candidates:
-            # Backward or an optimizer step after the same `.eval()`: gradients are wanted (frozen
-            # batch-norm fine-tuning, adversarial examples).
-            if segment in state.training_segments:
-                continue
-            yield self.report(
-                call, frame,
-                f"`{ctx.code(call)}` builds the autograd graph {{where}}: `{model}` is in eval mode, but "
-                "`.eval()` does not disable autograd, so the forward keeps the activations a backward "
-                "would need, for a backward that never comes; run the loop under "
-                "`torch.inference_mode()` or `torch.no_grad()`",
-            )
+        # Backward or an optimizer step after the same `.eval()`: gradients are wanted (frozen
+        # batch-norm fine-tuning, adversarial examples).
+        return {call: (frame, model) for call, frame, model, state, segment in candidates
+                if segment not in state.training_segments}
 
     @staticmethod
     def _track(ctx: ModuleContext, call: cst.Call, state: _State) -> bool:
@@ -173,6 +184,15 @@ class EvalWithGrad(Rule):
             return None
         last = name.rsplit(".", 1)[-1].lower()
         return name if "model" in last or "net" in last else None
+
+
+def _module_level_candidates(ctx: ModuleContext, rule: EvalWithGrad) -> Dict[cst.Call, Tuple[Frame, str]]:
+    """`EvalWithGrad._candidates` of the code outside functions, whose state runs across the
+    top-level statements (`model.eval()` in one, the loop in a later one). Outside functions a
+    model is taken for evaluated only after an `.eval()` or `.train(False)` there."""
+    if not any(frame.function is None for _, frame in ctx.calls_named("eval", "train")):
+        return {}
+    return rule._candidates(ctx, ctx.walk.module_calls)
 
 
 def _switched_model(ctx: ModuleContext, call: cst.Call) -> Optional[str]:

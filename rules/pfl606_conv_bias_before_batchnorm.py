@@ -114,9 +114,9 @@ class ConvBiasBeforeBatchnorm(Rule):
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
         pairs = list(self._pairs(ctx))
-        if not pairs or _only_evaluates(ctx):
+        if not pairs or ctx.fact(_only_evaluates):
             return
-        load = _checkpoint_load(ctx)
+        load = ctx.fact(_checkpoint_load)
         reported: Set[cst.Call] = set()
         for (conv, frame), norm in pairs:
             if conv in reported:
@@ -169,15 +169,15 @@ class ConvBiasBeforeBatchnorm(Rule):
 def _only_evaluates(ctx: ModuleContext) -> bool:
     """The module puts a model in eval mode and never trains one: its batch norms use running
     statistics, which the bias is part of."""
-    calls = [call for call, _ in ctx.nodes(cst.Call)]
+    calls = [call for call, _ in ctx.calls_named("eval", "backward", "step", "grad")]
     evaluates = any(ctx.method_name(c) == "eval" and not c.args and ctx.qualname(c.func) is None for c in calls)  # type: ignore[attr-defined]
     return evaluates and not any(is_gradient_call(ctx, c) for c in calls)  # type: ignore[arg-type]
 
 
 def _checkpoint_load(ctx: ModuleContext) -> Optional[cst.Call]:
     """The first call in the module that loads trained weights, if any."""
-    for call, _ in ctx.nodes(cst.Call):
-        if ctx.method_name(call) in _LOAD_METHODS or ctx.qualname(call.func) in _LOAD_FUNCTIONS:  # type: ignore[arg-type]
+    for call, _ in ctx.calls_named(*_LOAD_METHODS, *(q.rsplit(".", 1)[1] for q in _LOAD_FUNCTIONS)):
+        if ctx.method_name(call) in _LOAD_METHODS or ctx.qualname(call.func) in _LOAD_FUNCTIONS:
             return call  # type: ignore[return-value]
     return None
 
@@ -256,8 +256,9 @@ def _assigned_just_before(ctx: ModuleContext, node: cst.CSTNode, name: str) -> O
     block = ctx.parent(statement) if statement is not None else None
     if not isinstance(block, (cst.IndentedBlock, cst.Module)):
         return None
-    index = list(block.body).index(statement)
-    previous = block.body[index - 1] if index > 0 else None
+    body = list(ctx.top_level() if isinstance(block, cst.Module) else block.body)
+    index = body.index(statement)
+    previous = body[index - 1] if index > 0 else None
     if not (isinstance(previous, cst.SimpleStatementLine) and len(previous.body) == 1):
         return None
     assign = previous.body[0]

@@ -17,7 +17,7 @@ _SKIPPED = {
 
 def _captures_scalars(ctx: ModuleContext) -> bool:
     """The module sets `torch._dynamo.config.capture_scalar_outputs = True`: `.item()` traces."""
-    for assign, _ in ctx.nodes(cst.Assign):
+    for assign, _ in ctx.walk.nodes(cst.Assign):
         for target in assign.targets:
             if (isinstance(target.target, cst.Attribute) and target.target.attr.value == "capture_scalar_outputs"
                     and ctx.literal(assign.value) is True):
@@ -83,15 +83,13 @@ class GraphBreakCall(Rule):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
-        captures: Optional[bool] = None  # `.item()` is traced: looked up at the first `.item()`
         for call, frame in ctx.nodes(cst.Call):
             what = _untraceable(ctx, call, frame) if frame.function is not None else None
             how = ctx.compiled_by(frame.function) if what is not None else None
             if how is None:
                 continue
             if ctx.method_name(call) == "item":
-                captures = _captures_scalars(ctx) if captures is None else captures
-                if captures:
+                if ctx.fact(_captures_scalars):
                     continue
             yield self.report(call, frame, f"{what}: the graph breaks here (`{frame.function.qualname}` is {how})")
 

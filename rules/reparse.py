@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tu
 import libcst as cst
 
 from perflsp.rules.lines import BREAK, Change, changed_rows
+from perflsp.rules.reuse import Reuse
 
 if TYPE_CHECKING:
     from perflsp.rules.walk import Walk
@@ -50,6 +51,7 @@ class Reparser:
         self.module: Optional[cst.Module] = None
         self.spliced = False  # the last parse re-parsed one statement only
         self.walk: Optional["Walk"] = None  # the engine's walk of the last tree it analysed (see `Walk`)
+        self.reuse = Reuse()  # the rules' candidates per statement of that tree (see `perflsp.rules.reuse`)
         self._rows: Optional[List[int]] = None  # first row of each top-level statement; then the footer's
         self._bodies: Dict[Tuple[int, ...], List[int]] = {}  # a class's or def's path -> its body's rows, likewise
         self._first_block = 0  # index of the first top-level statement holding an indented block

@@ -9,7 +9,8 @@ rules need to find hot code and resolve names.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Tuple, Type
+from functools import lru_cache
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple, Type
 
 import libcst as cst
 
@@ -63,7 +64,7 @@ def iter_children(node: cst.CSTNode):
 class FunctionInfo:
     """A `def` and what the engine learned about it."""
 
-    __slots__ = ("node", "name", "class_info", "parent", "frame", "marker", "calls")
+    __slots__ = ("node", "name", "class_info", "parent", "frame", "marker", "calls", "scope")
 
     def __init__(self, node: cst.FunctionDef, class_info: Optional["ClassInfo"], parent: Optional["FunctionInfo"], frame: "Frame"):
         self.node = node
@@ -73,6 +74,7 @@ class FunctionInfo:
         self.frame = frame  # where the def statement itself sits
         self.marker: Optional[str] = None  # "@perflsp.hot", "# perflsp: hot", ...
         self.calls: List[Tuple[cst.Call, "Frame"]] = []
+        self.scope: Dict[str, List["Binding"]] = {}  # the names it binds itself -> their bindings, in source order
 
     @property
     def qualname(self) -> str:
@@ -134,62 +136,117 @@ class Walk:
     What a top-level statement yields depends on that statement alone (its nodes, frames,
     functions, classes and bindings; imports are merged in order), so a walk of the next version
     of a file (`previous`) takes the parts of the statements that are the very same nodes (the
-    ones `Reparser` kept) and walks only the others.
+    ones `Reparser` kept) and walks only the others. It takes over the previous walk's map of
+    parents too (a walk given as `previous` is used up), changing it only where statements came
+    and went: what a new version costs is its new statements plus a pass over the top-level
+    ones. Nodes by type are merged on demand (`nodes`); the rules read a statement's own
+    (`part_of`).
     """
+
+    _into: "Part"  # the part being walked
 
     def __init__(self, module: cst.Module, previous: Optional["Walk"] = None):
         self.module = module
-        self.parents: Dict[cst.CSTNode, cst.CSTNode] = {}
-        self.by_type: Dict[Type[cst.CSTNode], List[Tuple[cst.CSTNode, Frame]]] = {}
-        self.functions: List[FunctionInfo] = []
-        self.classes: List[ClassInfo] = []
-        self.bindings: List[Binding] = []
-        self.imports: Dict[str, str] = {}  # local name -> qualified name
-        self.module_calls: List[Tuple[cst.Call, Frame]] = []  # calls outside any function
         self.root = previous.root if previous is not None else Frame(None, None, (), ())
-        # id of a top-level statement -> (the statement, what walking it found)
-        self.parts: Dict[int, Tuple[cst.CSTNode, _Part]] = {}
         known = previous.parts if previous is not None else {}
+        # id of a top-level statement -> (the statement, what walking it found)
+        self.parts: Dict[int, Tuple[cst.CSTNode, Part]] = {}
+        self.added: List[Part] = []  # the parts walked now, in source order
         for stmt in module.body:
             found = known.get(id(stmt))
-            part = found[1] if found is not None and found[0] is stmt else self._part(stmt)
+            if found is not None and found[0] is stmt:
+                part = found[1]
+            else:
+                part = self._part(stmt)
+                self.added.append(part)
             self.parts[id(stmt)] = (stmt, part)
-            self._merge(part)
+        # the previous walk's parts that this version no longer has
+        self.removed: List[Part] = [part for key, (stmt, part) in known.items()
+                                     if self.parts.get(key, (None,))[0] is not stmt]
+        self.parents = self._parents(previous)
+        self.functions: List[FunctionInfo] = []
+        self.classes: List[ClassInfo] = []
+        self.imports: Dict[str, str] = {}  # local name -> qualified name
+        self.module_calls: List[Tuple[cst.Call, Frame]] = []  # calls outside any function
+        # Names bound outside any function (the module's, and class bodies') -> their bindings.
+        self.module_scope: Dict[str, List[Binding]] = {}
         for stmt in module.body:
-            self.parents[stmt] = module
+            self._merge(self.parts[id(stmt)][1])
+        self._by_type: Dict[Type[cst.CSTNode], List[Tuple[cst.CSTNode, Frame]]] = {}
+        self._names: Optional[FrozenSet[str]] = None
 
     def nodes(self, node_type: Type[cst.CSTNode]) -> List[Tuple[cst.CSTNode, Frame]]:
-        return self.by_type.get(node_type, [])
+        """Every node of the type in the module, in source order."""
+        found = self._by_type.get(node_type)
+        if found is None:
+            found = self._by_type[node_type] = [pair for stmt in self.module.body
+                                                for pair in self.parts[id(stmt)][1].by_type.get(node_type, ())]
+        return found
 
-    def _merge(self, part: "_Part") -> None:
-        self.parents.update(part.parents)
-        by_type = self.by_type
-        for node_type, found in part.by_type.items():
-            bucket = by_type.get(node_type)
-            if bucket is None:
-                by_type[node_type] = list(found)
-            else:
-                bucket.extend(found)
+    def part_of(self, stmt: cst.CSTNode) -> "Part":
+        """What walking the top-level statement `stmt` found."""
+        return self.parts[id(stmt)][1]
+
+    def statement_of(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """The top-level statement holding `node` (None for a node not in this tree)."""
+        parent = self.parents.get(node)
+        while parent is not None and parent is not self.module:
+            node, parent = parent, self.parents.get(parent)
+        return node if parent is self.module else None
+
+    @property
+    def names(self) -> FrozenSet[str]:
+        """Every name bound anywhere in the module, in any scope."""
+        if self._names is None:
+            self._names = frozenset().union(*(part.names for _, part in self.parts.values()))
+        return self._names
+
+    def gather(self, collect: Callable[["Part"], List[Any]]) -> List[Any]:
+        """What `collect` finds in each top-level statement, in source order. `collect` must depend
+        on the part alone: its answer is kept with the part, which the next versions share."""
+        out: List[Any] = []
+        for stmt in self.module.body:
+            part = self.parts[id(stmt)][1]
+            found = part.gathered.get(collect)
+            if found is None:
+                found = part.gathered[collect] = collect(part)
+            out.extend(found)
+        return out
+
+    def _parents(self, previous: Optional["Walk"]) -> Dict[cst.CSTNode, cst.CSTNode]:
+        if previous is None:
+            parents: Dict[cst.CSTNode, cst.CSTNode] = {}
+        else:
+            parents, previous.parents, previous.parts = previous.parents, {}, {}
+        # Removed first: a statement parsed again shares its unchanged inner nodes with the old one.
+        for part in self.removed:
+            for node in part.parents:
+                parents.pop(node, None)
+        for part in self.added:
+            parents.update(part.parents)
+        for stmt in self.module.body:
+            parents[stmt] = self.module
+        return parents
+
+    def _merge(self, part: "Part") -> None:
         self.functions.extend(part.functions)
         self.classes.extend(part.classes)
-        self.bindings.extend(part.bindings)
         self.imports.update(part.imports)
         self.module_calls.extend(part.module_calls)
+        for name, found in part.module_scope.items():
+            self.module_scope.setdefault(name, []).extend(found)
 
     # -- traversal ------------------------------------------------------------------------------
 
-    def _part(self, stmt: cst.CSTNode) -> "_Part":
-        """Walk one top-level statement into a part of its own (the handlers write to `self`)."""
-        part = _Part()
-        whole = (self.parents, self.by_type, self.functions, self.classes, self.bindings, self.imports, self.module_calls)
-        (self.parents, self.by_type, self.functions, self.classes, self.bindings, self.imports,
-         self.module_calls) = (part.parents, part.by_type, part.functions, part.classes, part.bindings, part.imports,
-                               part.module_calls)
-        try:
-            self._run(stmt)
-        finally:
-            (self.parents, self.by_type, self.functions, self.classes, self.bindings, self.imports,
-             self.module_calls) = whole
+    def _part(self, stmt: cst.CSTNode) -> "Part":
+        """Walk one top-level statement into a part of its own (the handlers write to `self._into`)."""
+        part = self._into = Part()
+        self._run(stmt)
+        for binding in part.bindings:
+            function = binding.frame.function
+            scope = function.scope if function is not None else part.module_scope
+            scope.setdefault(binding.name, []).append(binding)
+        part.names = frozenset(b.name for b in part.bindings)
         return part
 
     def _run(self, stmt: cst.CSTNode) -> None:
@@ -200,8 +257,8 @@ class Walk:
         # cst.CSTNode)` goes through `ABC.__instancecheck__`, and this loop sees every node.
         stack: List[Tuple[cst.CSTNode, cst.CSTNode, Frame]] = [(stmt, self.module, self.root)]
         push, pop = stack.append, stack.pop
-        parents = self.parents
-        by_type = self.by_type
+        parents = self._into.parents
+        by_type = self._into.by_type
         special = _SPECIAL
         backward = _BACKWARD_FIELDS
         kinds = _VALUE_KINDS
@@ -236,10 +293,10 @@ class Walk:
 
     def _function(self, node: cst.FunctionDef, frame: Frame):
         info = FunctionInfo(node, frame.class_info if frame.function is None else None, frame.function, frame)
-        self.functions.append(info)
+        self._into.functions.append(info)
         if info.class_info is not None:
             info.class_info.methods[info.name] = info
-        self.bindings.append(Binding(info.name, node, frame, "def"))
+        self._into.bindings.append(Binding(info.name, node, frame, "def"))
         inner = Frame(info, info.class_info or (frame.class_info if frame.function else None), (), ())
         out: List[Tuple[cst.CSTNode, Frame]] = [(d, frame) for d in node.decorators]
         out.append((node.params, frame))  # annotations and defaults run where the def runs
@@ -247,13 +304,13 @@ class Walk:
             out.append((node.returns, frame))
         out.append((node.body, inner))
         for param in _all_params(node.params):
-            self.bindings.append(Binding(param.name.value, param, inner, "param"))
+            self._into.bindings.append(Binding(param.name.value, param, inner, "param"))
         return out
 
     def _class(self, node: cst.ClassDef, frame: Frame):
         info = ClassInfo(node)
-        self.classes.append(info)
-        self.bindings.append(Binding(info.name, node, frame, "def"))
+        self._into.classes.append(info)
+        self._into.bindings.append(Binding(info.name, node, frame, "def"))
         inner = Frame(None, info, (), ())
         out: List[Tuple[cst.CSTNode, Frame]] = [(d, frame) for d in node.decorators]
         out.extend((a, frame) for a in node.bases)
@@ -285,7 +342,7 @@ class Walk:
         while comp_for is not None:
             # CompFor nodes are not walked themselves (their parts are, in different frames), but
             # hot reasons point at them, so they need a parent for positions.
-            self.parents[comp_for] = owner
+            self._into.parents[comp_for] = owner
             owner = comp_for
             out.append((comp_for.iter, inner))
             inner = inner.with_loop(comp_for)
@@ -331,17 +388,17 @@ class Walk:
         if frame.function is not None:
             frame.function.calls.append((node, frame))
         else:
-            self.module_calls.append((node, frame))
+            self._into.module_calls.append((node, frame))
         return [(node.func, frame)] + [(a, frame) for a in node.args]
 
     def _import(self, node: cst.Import, frame: Frame):
         for alias in node.names:
             dotted = _dotted(alias.name)
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                self.imports[alias.asname.name.value] = dotted
+                self._into.imports[alias.asname.name.value] = dotted
             else:
                 head = dotted.split(".")[0]
-                self.imports[head] = head
+                self._into.imports[head] = head
         return []
 
     def _import_from(self, node: cst.ImportFrom, frame: Frame):
@@ -353,14 +410,14 @@ class Walk:
         for alias in node.names:
             name = _dotted(alias.name)
             local = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else name
-            self.imports[local] = f"{base}.{name}"
+            self._into.imports[local] = f"{base}.{name}"
         return []
 
     # -- bindings -------------------------------------------------------------------------------
 
     def _bind_target(self, target: cst.BaseExpression, value: Optional[cst.CSTNode], frame: Frame, how: str, index: Optional[int] = None) -> None:
         if isinstance(target, cst.Name):
-            self.bindings.append(Binding(target.value, value, frame, how, index))
+            self._into.bindings.append(Binding(target.value, value, frame, how, index))
         elif isinstance(target, (cst.Tuple, cst.List)):
             for i, element in enumerate(target.elements):
                 inner = element.value
@@ -371,10 +428,11 @@ class Walk:
                 cls.attr_bindings.setdefault(target.attr.value, []).append((value, frame))
 
 
-class _Part:
+class Part:
     """What walking one top-level statement found, in the order the walk found it."""
 
-    __slots__ = ("parents", "by_type", "functions", "classes", "bindings", "imports", "module_calls")
+    __slots__ = ("parents", "by_type", "functions", "classes", "bindings", "imports", "module_calls",
+                 "module_scope", "names", "gathered")
 
     def __init__(self) -> None:
         self.parents: Dict[cst.CSTNode, cst.CSTNode] = {}
@@ -384,6 +442,9 @@ class _Part:
         self.bindings: List[Binding] = []
         self.imports: Dict[str, str] = {}
         self.module_calls: List[Tuple[cst.Call, Frame]] = []
+        self.module_scope: Dict[str, List[Binding]] = {}  # names bound outside any function -> bindings
+        self.names: FrozenSet[str] = frozenset()  # every name it binds, in any scope
+        self.gathered: Dict[Callable[["Part"], List[Any]], List[Any]] = {}  # see `Walk.gather`
 
 
 def _all_params(params: cst.Parameters):
@@ -394,6 +455,25 @@ def _all_params(params: cst.Parameters):
     yield from params.kwonly_params
     if params.star_kwarg is not None:
         yield params.star_kwarg
+
+
+def last_name(expr: cst.BaseExpression) -> Optional[str]:
+    """`Conv2d` for `nn.Conv2d` and for `Conv2d`."""
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value
+    return None
+
+
+@lru_cache(maxsize=None)
+def calls_named(names: FrozenSet[str]) -> Callable[[Part], List[Tuple[cst.Call, Frame]]]:
+    """A collector for `Walk.gather`: a part's calls of a callee written with a last name in
+    `names` (one object per set of names: `gather` keeps answers by collector)."""
+    def collect(part: Part) -> List[Tuple[cst.Call, Frame]]:
+        return [(call, frame) for call, frame in part.by_type.get(cst.Call, ())
+                if last_name(call.func) in names]  # type: ignore[attr-defined]
+    return collect
 
 
 def _dotted(node: cst.BaseExpression) -> str:

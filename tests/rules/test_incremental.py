@@ -40,10 +40,15 @@ FILES = _real_files()
 TEXTS = {str(p): p.read_text(encoding="utf-8") for p in FILES}
 
 # What people type: characters, line breaks with and without indentation, comments, calls that
-# findings are made of, half a line (an open bracket), a new statement, an import.
+# findings are made of, half a line (an open bracket), a new statement, an import; and what other
+# statements read: module-level names, base classes, torch.compile, decorators, a name that shadows
+# a builtin, the default device, collate functions, eval mode.
 PIECES = [" ", "x", "(", ")", ":", "\n", "\n    ", "\n        ", "#", "\n# note\n", "        # note\n", ".item()",
           "        y = x.cpu()\n", "    def helper(self):\n        return 1\n", "def f(", "import os\n", "\r\n",
-          "        for b in loader:\n            b.item()\n", "torch.zeros(3, device='cuda')", "'", '"""']
+          "        for b in loader:\n            b.item()\n", "torch.zeros(3, device='cuda')", "'", '"""',
+          "model = torch.compile(model)\n", "@torch.compile\n", "    @torch.compile\n", "device = 'cpu'\n",
+          "(torch.nn.Module)", "float = int\n", "torch.set_default_device('cuda')\n", ", collate_fn=f",
+          "model.eval()\n", "        state['step'] = torch.zeros(())\n"]
 EDIT = st.tuples(st.sampled_from(["insert", "delete", "paste", "line"]), st.integers(0, 10**9),
                  st.integers(0, 10**9), st.sampled_from(PIECES))
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
@@ -79,10 +84,15 @@ def _whole(text: str, path: str):
 
 def _walked(walk: Walk):
     """What a walk found, in its order (its nodes are those of one tree: compared by identity)."""
-    return (list(walk.imports.items()), [(b.name, b.how, id(b.value)) for b in walk.bindings],
-            {t: [id(n) for n, _ in found] for t, found in walk.by_type.items()},
-            [(f.qualname, id(f.node)) for f in walk.functions], [id(n) for n in walk.parents],
-            [id(p) for p in walk.parents.values()], [id(c) for c, _ in walk.module_calls])
+    def bindings(found):
+        return [(b.name, b.how, id(b.value)) for b in found]
+
+    types = {t for _, part in walk.parts.values() for t in part.by_type}
+    return (list(walk.imports.items()), bindings(b for _, part in walk.parts.values() for b in part.bindings),
+            {t: [id(n) for n, _ in walk.nodes(t)] for t in types},
+            [(f.qualname, id(f.node), {n: bindings(b) for n, b in f.scope.items()}) for f in walk.functions],
+            {id(n): id(p) for n, p in walk.parents.items()}, [id(c) for c, _ in walk.module_calls],
+            {n: bindings(b) for n, b in walk.module_scope.items()}, walk.names)
 
 
 def _incremental(text: str, path: str, reparser: Reparser):
@@ -209,3 +219,117 @@ def test_an_edit_inside_a_long_top_level_value_parses_that_statement_only():
     again = summarize(edited, "m", False, "m.py")
     assert again == summarize_whole(edited, "m", False, "m.py")[0]
     assert again["functions"][0] is summary["functions"][0]  # `build` kept as it was
+
+
+# Statements that read one another: module-level names, a base class, torch.compile, values stored
+# under a key, the loader's collate function, code at the module level that runs across statements.
+READ_ACROSS = '''import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+DEVICE = "cuda"
+SCALE = torch.ones(3)
+state = {}
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        y = self.bn(self.conv(x))
+        if y.sum() > 0:
+            print(y.item())
+        return y * SCALE.to(DEVICE)
+
+
+class Head(Block):
+    def forward(self, x):
+        return x.float().item()
+
+
+def make(n):
+    m = Head()
+    return m.double()
+
+
+def step(model, loader, opt):
+    for x, y in loader:
+        loss = model(x.to(DEVICE)).sum()
+        loss.backward()
+        opt.step()
+        state["loss"] = loss.detach()
+        print(loss.item())
+
+
+def report():
+    for i in range(10):
+        print(state["loss"].item())
+
+
+def evaluate(model, loader):
+    model.eval()
+    for x, y in loader:
+        out = model(x.cuda())
+        total = float(out.sum())
+
+
+compiled = torch.compile(step)
+loader = DataLoader([], batch_size=4)
+model = make(1)
+model.eval()
+for x, y in loader:
+    model(x)
+a = SCALE.cuda().item()
+b = SCALE.cuda().item()
+'''
+
+
+def _on_line(findings, text, marker):
+    lines = text.splitlines()
+    return [(f.code, f.message) for f in findings if marker in lines[f.start.row - 1]]
+
+
+@pytest.mark.parametrize("old, new, elsewhere", [
+    ('DEVICE = "cuda"', 'DEVICE = "cpu"', "SCALE.to(DEVICE)"),  # a module-level name
+    ('SCALE = torch.ones(3)', 'SCALE = torch.ones(3).cuda()', "SCALE.to(DEVICE)"),
+    ("class Block(nn.Module):", "class Block(object):", "m.double()"),  # a base class: Head() is no module now
+    ("compiled = torch.compile(step)", "compiled = torch.compile(report)", "print(loss.item())"),
+    ("    for i in range(10):\n", "    float = int\n    for i in range(10):\n", "float(out.sum())"),  # shadows a builtin
+    ("state = {}\n", 'state = {}\ntorch.set_default_device("cuda")\n', "SCALE.to(DEVICE)"),
+    ("DataLoader([], batch_size=4)", "DataLoader([], batch_size=4, collate_fn=report)", 'state["loss"].item()'),
+    ('state["loss"] = loss.detach()', 'state["loss"] = loss.detach().cpu()', 'state["loss"].item()'),  # a stored value
+    ("model.eval()\nfor", "model.train()\nfor", "    model(x)"),  # module-level code, across statements
+    ("b = SCALE.cuda().item()", "b = 2", "a = SCALE"),  # syncs back to back at the module level
+    ("def evaluate(", "@torch.compile\ndef evaluate(", None),  # a decorator
+    ("        y = self.bn(self.conv(x))\n", "        y = self.bn(self.conv(x)) + 1\n", None),  # one method
+], ids=["module-name", "module-value", "base-class", "torch-compile", "shadowed-builtin", "default-device",
+        "collate-fn", "stored-value", "module-eval", "module-syncs", "decorator", "method"])
+def test_an_edit_that_other_statements_read_changes_their_findings_as_a_whole_analysis_does(old, new, elsewhere):
+    name = "m.py"
+    reparser = Reparser()
+    _, before = _incremental(READ_ACROSS, name, reparser)
+    assert before == _whole(READ_ACROSS, name)[2]
+    assert READ_ACROSS.count(old) == 1
+    text = READ_ACROSS.replace(old, new)
+    _, after = _incremental(text, name, reparser)
+    assert after == _whole(text, name)[2]
+    if elsewhere is not None:  # the edit changed what another statement reports
+        assert _on_line(before, READ_ACROSS, elsewhere) != _on_line(after, text, elsewhere)
+    if reparser.spliced:  # and the statements whose reads still hold kept their candidates
+        assert reparser.reuse.reused >= len(reparser.module.body) // 2
+
+
+def test_an_edit_inside_a_method_checks_its_class_again_and_keeps_the_other_statements_candidates():
+    name = "m.py"
+    reparser = Reparser()
+    _incremental(READ_ACROSS, name, reparser)
+    # All but the module-level code that reads `SCALE` (`value_before` reads the top-level statements).
+    keepable = len(reparser.reuse.entries)
+    assert keepable == len(reparser.module.body) - 2
+    text = READ_ACROSS.replace("        return x.float().item()\n", "        return x.float().item() + 1\n")
+    _, findings = _incremental(text, name, reparser)
+    assert findings == _whole(text, name)[2]
+    assert reparser.spliced and reparser.reuse.reused == keepable - 1  # all but `Head`
