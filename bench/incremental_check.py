@@ -30,7 +30,8 @@ from perflsp.rules.reparse import Reparser
 from perflsp.rules.summary import summarize_whole
 
 SETTINGS = Settings(preview=True, report_cold=("PFL",))  # every rule everywhere: the most findings
-PIECES = [" ", "x", "(", ")", ":", "\n", "\n    ", "#", ".item()", "        y = x.cpu()\n", "def f(", "'"]
+PIECES = [" ", "x", "(", ")", ":", "\n", "\n    ", "#", ".item()", "        y = x.cpu()\n", "def f(", "'",
+          "        loss.backward()\n"]
 NAME = "m.py"
 
 

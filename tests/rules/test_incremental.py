@@ -42,13 +42,13 @@ TEXTS = {str(p): p.read_text(encoding="utf-8") for p in FILES}
 # What people type: characters, line breaks with and without indentation, comments, calls that
 # findings are made of, half a line (an open bracket), a new statement, an import; and what other
 # statements read: module-level names, base classes, torch.compile, decorators, a name that shadows
-# a builtin, the default device, collate functions, eval mode.
+# a builtin, the default device, collate functions, eval mode, a `backward()` (a training loop).
 PIECES = [" ", "x", "(", ")", ":", "\n", "\n    ", "\n        ", "#", "\n# note\n", "        # note\n", ".item()",
           "        y = x.cpu()\n", "    def helper(self):\n        return 1\n", "def f(", "import os\n", "\r\n",
           "        for b in loader:\n            b.item()\n", "torch.zeros(3, device='cuda')", "'", '"""',
           "model = torch.compile(model)\n", "@torch.compile\n", "    @torch.compile\n", "device = 'cpu'\n",
           "(torch.nn.Module)", "float = int\n", "torch.set_default_device('cuda')\n", ", collate_fn=f",
-          "model.eval()\n", "        state['step'] = torch.zeros(())\n"]
+          "model.eval()\n", "        state['step'] = torch.zeros(())\n", "        loss.backward()\n"]
 EDIT = st.tuples(st.sampled_from(["insert", "delete", "paste", "line"]), st.integers(0, 10**9),
                  st.integers(0, 10**9), st.sampled_from(PIECES))
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
