@@ -174,9 +174,9 @@ def _trim(text: str, begin: int, end: int, parens: int) -> Tuple[int, int]:
             ch = text[begin]
             if ch in " \t\f\r\n\\":
                 begin += 1
-            elif ch == "#":
-                newline = text.find("\n", begin, end)
-                begin = end if newline < 0 else newline + 1
+            elif ch == "#":  # a comment line ends at any line break (a file may break rows at \r alone)
+                newline = BREAK.search(text, begin, end)
+                begin = end if newline is None else newline.end()
             else:
                 break
         while end > begin and text[end - 1] in " \t\f\r\n\\":

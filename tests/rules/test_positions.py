@@ -58,6 +58,7 @@ CASES = {
     "fixes": FIXES + "\n",
     "fixes, no final newline": FIXES,
     "fixes, \\r\\n": (FIXES + "\n").replace("\n", "\r\n"),
+    "fixes, \\r, no final newline": FIXES.replace("\n", "\r"),
     "a footer": FIXES + "\n\n# the module's footer\n    # indented\n",
 }
 CHECKED = (cst.Call, cst.Attribute, cst.Subscript, cst.Name, cst.For, cst.While, cst.FunctionDef, cst.ClassDef,
