@@ -15,18 +15,15 @@ top-level statements themselves (`top_level`).
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
-from libcst._add_slots import add_slots
-from libcst._nodes.internal import CodegenState
 
 from perflsp.config import Settings
+from perflsp.rules import positions
 from perflsp.rules.hotness import HotMap
+from perflsp.rules.positions import Kept, Span
 from perflsp.rules.walk import Binding, ClassInfo, Frame, FunctionInfo, Part, Walk, calls_named, iter_children, last_name
 
 # Kinds of values the inference tells apart. `None` means unknown: rules that need a tensor
@@ -106,7 +103,8 @@ def signature(bindings: Sequence[Binding]) -> Tuple[object, ...]:
 
 class ModuleContext:
     def __init__(self, module: cst.Module, settings: Settings, hot: Optional[HotMap] = None, path: str = "<stdin>",
-                 line_label: Callable[[int], str] = lambda row: f"line {row}", walk: Optional[Walk] = None):
+                 line_label: Callable[[int], str] = lambda row: f"line {row}", walk: Optional[Walk] = None,
+                 rows: Optional[Sequence[int]] = None):
         self.module = module
         self.hot = hot or HotMap.for_source(module.code, path, settings, line_label)
         self.line_label = line_label  # notebooks name rows as "line 2 of cell 3"
@@ -115,9 +113,8 @@ class ModuleContext:
         self.walk = walk or Walk(module)
         self._assigned: Dict[cst.CSTNode, Set[str]] = {}
         self._facts: Dict[Tuple[Callable[..., Any], Tuple[Any, ...]], Any] = {}
-        self._spans: Dict[int, Tuple[Tuple[int, int], Tuple[int, int]]] = {}
-        self._text = ""
-        self._line_starts: List[int] = [0]
+        self.rows = rows  # the first row of each top-level statement, when known (`positions.first_rows`)
+        self._spans: Dict[int, Span] = {}
         # What the rules are checking now (`checking`): None for the whole module.
         self._part: Optional[Part] = None
         self._recording: Optional[Reads] = None
@@ -708,73 +705,22 @@ class ModuleContext:
 
     # -- positions ----------------------------------------------------------------------------------
 
-    def locate(self, nodes: Iterable[cst.CSTNode]) -> None:
-        """Compute the positions of `nodes` (and forget earlier ones) in one code-generation pass.
+    def locate(self, nodes: Iterable[cst.CSTNode], kept: Optional[Kept] = None) -> None:
+        """Compute the positions of `nodes` from the code of the top-level statements that hold them
+        (`perflsp.rules.positions`); `kept`: an open file's positions of its last version."""
+        self._spans.update(positions.locate(self.module, self.walk, self.hot.lines, nodes, self.rows, kept))
 
-        libcst's PositionProvider costs about as much as the parse (its code generation records a
-        position for every node, through a context manager per node); plain code generation that
-        notes the token index where each wanted node starts and ends costs a fifth of that, and it
-        runs only for files with findings.
-        """
-        by_id = {id(n): n for n in nodes}
-        # A decorated def starts, as libcst counts it, at `def`: its name's row, the decorator's column.
-        decorated = [n for n in by_id.values() if isinstance(n, (cst.FunctionDef, cst.ClassDef)) and n.decorators]
-        by_id.update((id(n.name), n.name) for n in decorated)
-        state = _SpanState(default_indent=self.module.default_indent,
-                           default_newline=self.module.default_newline,
-                           wanted=set(by_id))
-        self.module._codegen(state)
-        text = self._text = "".join(state.tokens)
-        token_ends = list(accumulate(len(t) for t in state.tokens))
-        line_starts = self._line_starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
-        self._spans = {}
-        for node_id, (first, last) in state.spans.items():
-            begin = token_ends[first - 1] if first else 0
-            end = token_ends[min(last, len(token_ends)) - 1] if last else 0
-            # Like libcst's PositionProvider: an expression's range leaves out its own parentheses.
-            lpar = getattr(by_id[node_id], "lpar", ())
-            begin, end = _trim(text, begin, end, len(lpar) if isinstance(lpar, (list, tuple)) else 0)
-            self._spans[node_id] = (_row_col(line_starts, begin), _row_col(line_starts, end))
-        for node in decorated:
-            (_, column), end = self._spans[id(node)]
-            self._spans[id(node)] = ((self._spans[id(node.name)][0][0], column), end)
-
-    def range_of(self, node: cst.CSTNode) -> Tuple[Tuple[int, int], Tuple[int, int]]:
+    def range_of(self, node: cst.CSTNode) -> Span:
         """((row, col), (row, col)) of `node`: rows 1-based, columns 0-based code points, as libcst's
         PositionProvider has them (without the blank lines, comments, whitespace and parentheses
         the node owns around its code), except that a compound statement's end includes a trailing
-        comment on its last line. Call `locate` first with every node you need."""
+        comment on its last line, and a small statement's the `;` after it. Call `locate` first
+        with every node you need."""
         found = self._spans.get(id(node))
         if found is None:
-            self.locate([*self._located_nodes(), node])
+            self.locate([node])
             found = self._spans[id(node)]
         return found
-
-    def line_text(self, row: int) -> str:
-        """The text of a 1-based row, from the last `locate` pass."""
-        starts = self._line_starts
-        end = starts[row] if row < len(starts) else len(self._text)
-        return self._text[starts[row - 1]:end].rstrip("\r\n")
-
-    def _located_nodes(self) -> List[cst.CSTNode]:
-        return [n for n in self.walk.parents if id(n) in self._spans]
-
-
-@add_slots
-@dataclass(frozen=False)
-class _SpanState(CodegenState):
-    """Plain code generation that notes the token indexes where wanted nodes start and end."""
-
-    wanted: Set[int] = field(default_factory=set)
-    spans: Dict[int, List[int]] = field(default_factory=dict)
-
-    def before_codegen(self, node: cst.CSTNode) -> None:
-        if id(node) in self.wanted:
-            self.spans[id(node)] = [len(self.tokens), 0]
-
-    def after_codegen(self, node: cst.CSTNode) -> None:
-        if id(node) in self.wanted:
-            self.spans[id(node)][1] = len(self.tokens)
 
 
 def _runs_per_step(ctx: ModuleContext, name: str, class_name: Optional[str]) -> bool:
@@ -832,30 +778,6 @@ def _synchronizes(ctx: "ModuleContext", statement: cst.CSTNode) -> bool:
     return ctx.is_synchronize(call) or (ctx.last_name(call.func) == "synchronize" and not call.args)
 
 
-def _trim(text: str, begin: int, end: int, parens: int) -> Tuple[int, int]:
-    """Skip the whitespace, comment lines and `parens` parentheses a node owns around its code."""
-    for layer in range(parens + 1):
-        while begin < end:
-            ch = text[begin]
-            if ch in " \t\f\r\n\\":
-                begin += 1
-            elif ch == "#":
-                newline = text.find("\n", begin, end)
-                begin = end if newline < 0 else newline + 1
-            else:
-                break
-        while end > begin and text[end - 1] in " \t\f\r\n\\":
-            end -= 1
-        if layer < parens and text[begin:begin + 1] == "(" and text[end - 1:end] == ")":
-            begin, end = begin + 1, end - 1
-    return begin, end
-
-
-def _row_col(line_starts: List[int], offset: int) -> Tuple[int, int]:
-    row = bisect_right(line_starts, offset)
-    return row, offset - line_starts[row - 1]
-
-
 def _is_autograd_function(function: FunctionInfo) -> bool:
     """`torch.autograd.Function.forward(ctx, ...)`: its arguments are anything, not only tensors."""
     params = function.node.params.params
@@ -881,7 +803,6 @@ def _looks_like_loader(expr: cst.BaseExpression) -> bool:
     return name is not None and "loader" in name.lower()
 
 
-_NEWLINE = re.compile(r"\r\n?|\n")  # what libcst (and Python) count as a line break
 _MODEL_NAME = re.compile(r"(^|_)(model|module|encoder|decoder|criterion|loss_fn|head|layer|backbone|block)s?$|net$")
 
 

@@ -19,6 +19,7 @@ from perflsp.findings import Edit, Finding, Fix, HotContext, Location, rule_url
 from perflsp.rules import limits, precedence, reuse, suppress
 from perflsp.rules.context import ModuleContext
 from perflsp.rules.hotness import COLD_CODE, Hot, HotMap
+from perflsp.rules.positions import first_rows
 from perflsp.rules.summary import source_lines
 from perflsp.rules.registry import enabled_rules, outranking_rules
 from perflsp.rules.rule import Report, Rule
@@ -63,7 +64,7 @@ def check_source(source: str, path: str, settings: Settings,
         # summary), so nothing is left to report and libcst need not parse it.
         return []
     try:
-        module = reparser.parse(source) if reparser is not None else cst.parse_module(source)
+        module = reparser.parse(source, hot.statement_rows) if reparser is not None else cst.parse_module(source)
         return _check_module(module, reparser, source, path, settings, label, hot, enabled, rules)
     except PARSE_ERRORS as exc:
         return [_syntax_error(source, path, exc)]
@@ -96,11 +97,12 @@ def _check_module(module: cst.Module, reparser: "Optional[Reparser]", source: st
     walk = Walk(module, reparser.walk if reparser is not None else None)
     if reparser is not None:
         reparser.walk = walk
-    ctx = ModuleContext(module, settings, hot, path, label, walk)
+    rows = reparser.rows() if reparser is not None else first_rows(module, hot.statement_rows)
+    ctx = ModuleContext(module, settings, hot, path, label, walk, rows)
     candidates = reuse.candidates(ctx, rules, reparser.reuse if reparser is not None else None)
     if not candidates:
         return []
-    ctx.locate(_nodes_to_locate(candidates))
+    ctx.locate(_nodes_to_locate(candidates), reparser.positions if reparser is not None else None)
     reports: List[Tuple[Rule, Report, Optional[Hot]]] = []
     for rule, report in candidates:
         position = ctx.range_of(report.node)[0]
@@ -173,7 +175,7 @@ def _finding(ctx: ModuleContext, rule: Rule, report: Report, reason: Optional[Ho
              settings: Settings) -> Finding:
     hot = None
     if reason is not None:
-        text = ctx.line_text(reason.row)  # the loop's or the def's header line, not its body
+        text = ctx.hot.lines[reason.row - 1]  # the loop's or the def's header line, not its body
         start = len(text) - len(text.lstrip())
         hot = HotContext(reason.message, Location(reason.row, start), Location(reason.row, len(text.rstrip())))
     message = report.message.replace("{where}", hot.message if hot else "outside hot code")

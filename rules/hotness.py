@@ -45,6 +45,7 @@ class HotMap:
         for region in summary["regions"]:
             self.regions.setdefault(region[6], []).append(region)
         self.lines = lines
+        self.statement_rows: Optional[List[int]] = summary["statement_rows"]  # where positions start
         self.line_label = line_label
         self._per_step: Optional[set] = None  # labels of per-step functions and their dotted tails
         # Nothing in the file can be hot without a step loop or a per-step function in it.

@@ -45,7 +45,7 @@ SUMMARISED = (".py", ".pyi")  # notebooks are judged alone, as `perflsp check` j
 # summarising it would cost minutes of background CPU. diffusers has 2,000, PyTorch itself 6,000.
 MAX_FILES = 20_000
 SHAPE, ROWS = "shape", "rows"  # what an edit changed for the graph
-_ENGINE_ONLY = ("regions", "depth")  # summary fields the graph does not read
+_ENGINE_ONLY = ("regions", "depth", "statement_rows")  # summary fields the graph does not read
 _ROW_FIELDS = ("start", "end", "row")  # line numbers in a function's or a class's summary
 _CALL_ROW = 2  # a call is [caller, reference, row, site]
 

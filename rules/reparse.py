@@ -8,8 +8,9 @@ above it, its code, and the deeper-indented comments closing its blocks. So when
 inside one top-level statement, that statement's rows are parsed alone and put in the place of
 the old node; inside a class or a def, the innermost statement of their bodies that holds the edit
 (a method, a statement of a method or of a function), parsed inside wrappers indented as the
-classes and defs around it (`class _:`, `def _():`). Every other node is kept as it is
-(positions are computed from the text, so nothing needs moving).
+classes and defs around it (`class _:`, `def _():`). Every other node is kept as it is, and
+the rows where the top-level statements start move by the rows the edit added: the positions of
+the statements kept move with them (`perflsp.rules.positions`).
 
 The result must be the tree a whole parse gives. The first statement's rows take the module's
 header with them, the last one's the module's footer, a class's last statement the class body's
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tu
 import libcst as cst
 
 from perflsp.rules.lines import BREAK, Change, changed_rows
+from perflsp.rules.positions import Kept, first_rows, row_count, rows_of
 from perflsp.rules.reuse import Reuse
 
 if TYPE_CHECKING:
@@ -52,12 +54,14 @@ class Reparser:
         self.spliced = False  # the last parse re-parsed one statement only
         self.walk: Optional["Walk"] = None  # the engine's walk of the last tree it analysed (see `Walk`)
         self.reuse = Reuse()  # the rules' candidates per statement of that tree (see `perflsp.rules.reuse`)
+        self.positions = Kept()  # the positions located per statement of that tree (see `perflsp.rules.positions`)
         self._rows: Optional[List[int]] = None  # first row of each top-level statement; then the footer's
         self._bodies: Dict[Tuple[int, ...], List[int]] = {}  # a class's or def's path -> its body's rows, likewise
         self._first_block = 0  # index of the first top-level statement holding an indented block
 
-    def parse(self, text: str) -> cst.Module:
-        """The tree of `text`; raises what `libcst.parse_module` raises."""
+    def parse(self, text: str, code_rows: Optional[Sequence[int]] = None) -> cst.Module:
+        """The tree of `text`; raises what `libcst.parse_module` raises. `code_rows`: the row where
+        each top-level statement's code starts, from the summary of `text` (`statement_rows`)."""
         module = None
         if self.module is not None and self.text is not None:
             try:
@@ -67,8 +71,7 @@ class Reparser:
         self.spliced = module is not None
         if module is None:
             module = cst.parse_module(text)
-            # Now, while the summary of this text (made for its facts just before) is remembered.
-            self._rows, self._bodies = _rows_from_summary(module, text), {}
+            self._rows, self._bodies = _rows_from_summary(module, text, code_rows), {}
             self._first_block = next((i for i, s in enumerate(module.body) if _has_block(s)), len(module.body))
         self.text, self.module = text, module
         return module
@@ -80,7 +83,7 @@ class Reparser:
         change = changed_rows(self.text, text)
         if change is None:
             return self.module
-        module, rows, body = self.module, self._top_rows(), self.module.body
+        module, rows, body = self.module, self.rows(), self.module.body
         if not body:
             return None
         index = max(bisect_right(rows, change.first, 0, len(body)) - 1, 0)  # the header's rows go with the first
@@ -205,11 +208,11 @@ class Reparser:
 
     # --- where statements start ----------------------------------------------------------------------
 
-    def _top_rows(self) -> List[int]:
+    def rows(self) -> List[int]:
+        """Where the top-level statements of the last tree start, then the row after the last one."""
         if self._rows is None:
-            assert self.module is not None and self.text is not None
-            self._rows = _rows_from_summary(self.module, self.text) or _rows_of(
-                self.module.body, 1 + len(self.module.header), self.module)
+            assert self.module is not None
+            self._rows = rows_of(self.module.body, 1 + len(self.module.header), self.module)
         return self._rows
 
     def _body_rows(self, path: Tuple[int, ...], node: cst.CSTNode, first: int) -> List[int]:
@@ -222,7 +225,7 @@ class Reparser:
             # The body starts on the row after the header's colon: count the rows of the node
             # with a one-line body instead of generating all of its code.
             header = node.with_changes(body=cst.SimpleStatementSuite(body=[cst.Pass()]))
-            found = self._bodies[path] = _rows_of(block.body, first + _rows(header, self.module), self.module)
+            found = self._bodies[path] = rows_of(block.body, first + row_count(header, self.module), self.module)
         return found
 
 
@@ -252,34 +255,11 @@ def _kind(node: cst.CSTNode) -> str:
     return type(node).__name__
 
 
-def _rows_from_summary(module: cst.Module, text: str) -> Optional[List[int]]:
+def _rows_from_summary(module: cst.Module, text: str, code_rows: Optional[Sequence[int]]) -> Optional[List[int]]:
     """The statements' first rows from the summary of the same text (made for its per-step facts
-    just before): `ast` knows where each statement's code starts, libcst how many comment and
-    blank rows above it the statement owns. Saves generating the code of the whole file."""
-    from perflsp.rules.summary_delta import top_level_rows
-
-    groups = top_level_rows(text)
-    if groups is None or len(groups) != len(module.body):
-        return None
-    out = []
-    for (first, _), stmt in zip(groups, module.body):
-        decorators = getattr(stmt, "decorators", ())
-        out.append(first - len(stmt.leading_lines) - (len(decorators[0].leading_lines) if decorators else 0))
-    if out and out[0] != 1 + len(module.header):
-        return None
-    return [*out, len(BREAK.findall(text)) + 2]  # past the end: the last statement's rows run to the end
-
-
-def _rows_of(statements: Sequence[cst.CSTNode], first: int, module: cst.Module) -> List[int]:
-    """The row each statement's rows start at, then the row after the last one."""
-    out = [first]
-    for stmt in statements:
-        out.append(out[-1] + _rows(stmt, module))
-    return out
-
-
-def _rows(node: cst.CSTNode, module: cst.Module) -> int:
-    return len(BREAK.findall(module.code_for_node(node)))
+    just before), then the row past the end. Saves generating the code of the whole file."""
+    rows = first_rows(module, code_rows)
+    return None if rows is None else [*rows, len(BREAK.findall(text)) + 2]  # the last statement's rows run to the end
 
 
 def _indented_lines(lines: Sequence[cst.EmptyLine]) -> bool:

@@ -1,5 +1,6 @@
 """A file's summary for the project-wide per-step model: definitions, base classes, calls, and the
-regions of code that repeat (loops) or run rarely (lazy-init and periodic blocks).
+regions of code that repeat (loops) or run rarely (lazy-init and periodic blocks); and for the
+engine's positions, the row where each top-level statement starts.
 
 Built with the stdlib `ast` (its parse costs a tenth of libcst's), JSON-able so the cache can keep
 it by content, and independent of settings. The project graph (`perflsp.rules.project`) is built
@@ -19,7 +20,7 @@ from perflsp.rules.hot_table import (
     ONE_OFF_FUNCTIONS, PERIODIC_PREDICATE, SETTING_GRIDS, STEP_ITERABLE, STEP_RANGE_BOUND, TEST_FILE,
 )
 
-VERSION = 7  # bump when the shape or meaning of a summary changes (the cache keys on it)
+VERSION = 8  # bump when the shape or meaning of a summary changes (the cache keys on it)
 MODULE_LEVEL = "<module>"
 
 # Region kinds, innermost region decides: a step loop makes its body and callees per step,
@@ -73,6 +74,9 @@ def summarize_whole(source: str, module: str, is_package: bool = False, path: st
         "version": VERSION, "module": module, "test": bool(TEST_FILE.search(path.replace("\\", "/"))),
         "imports": {}, "classes": {}, "functions": [], "calls": [], "regions": [],
         "depth": None,  # the deepest expression, in AST levels; None: the file did not parse
+        # The row where each top-level statement's code starts, one per libcst statement (statements
+        # that share rows count once, decorators count): the engine's positions start there.
+        "statement_rows": None,
     }
     try:
         with warnings.catch_warnings():  # invalid escapes and the like are the user's linter's business
@@ -80,6 +84,7 @@ def summarize_whole(source: str, module: str, is_package: bool = False, path: st
             tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return summary, None
+    summary["statement_rows"] = [_first_row(stmts[0]) for stmts in statement_groups(tree.body)]
     table = None
     try:
         summarizer = _Summarizer(summary, source, module, is_package)

@@ -18,7 +18,7 @@ import threading
 import warnings
 from bisect import bisect_right
 from collections import OrderedDict
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from perflsp.rules import summary as S
 from perflsp.rules.lines import changed_rows
@@ -62,14 +62,6 @@ def summarize_reusing(source: str, module: str, is_package: bool, path: str) -> 
         while len(_known) > KEPT:
             _known.popitem(last=False)
     return summary
-
-
-def top_level_rows(source: str) -> Optional[List[Tuple[int, int]]]:
-    """The (first, last) rows of each group of top-level statements of a text summarised lately
-    (one per statement of libcst's tree), or None."""
-    with _lock:
-        tables = [k.table for k in _known.values() if k.source == source and k.table is not None]
-    return [(g.first, g.last) for g in tables[0].groups] if tables else None
 
 
 def resummarize(known: _Known, source: str, is_package: bool) -> Optional[Tuple[Dict[str, Any], S.Table]]:
@@ -116,7 +108,7 @@ def resummarize(known: _Known, source: str, is_package: bool) -> Optional[Tuple[
     summary.update(functions=[f for g in new_groups for f in g.functions],
                    calls=[c for g in new_groups for c in g.calls],
                    regions=[r for g in new_groups for r in g.regions],
-                   classes={}, depth=max(g.depth for g in new_groups))
+                   classes={}, depth=max(g.depth for g in new_groups), statement_rows=[g.first for g in new_groups])
     for g in new_groups:
         summary["classes"].update(g.classes)
     return summary, S.Table(new_groups, old_table.after)
