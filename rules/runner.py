@@ -256,7 +256,7 @@ class Cache:
         template = _summary_template()
         if isinstance(found, dict) and found.get("version") != template["version"]:
             return None  # written by another version of `summarize`: out of date, not damaged
-        if not (isinstance(found, dict) and all(isinstance(found.get(k), type(v)) for k, v in template.items())):
+        if not (isinstance(found, dict) and all(_shaped(found.get(k), v, k) for k, v in template.items())):
             self._discard("a summary of the wrong shape", key)
             return None
         return found if found["module"] == module else None
@@ -318,6 +318,14 @@ class Cache:
         if not self.warned:
             self.warned = True
             self.warn(message)
+
+
+# Summary fields that are None for a text Python's parser refused (or too deep to measure).
+_UNKNOWN_UNLESS_PARSED = frozenset({"depth", "statement_rows"})
+
+
+def _shaped(value: Any, template: Any, key: str) -> bool:
+    return isinstance(value, type(template)) or (value is None and key in _UNKNOWN_UNLESS_PARSED)
 
 
 @functools.lru_cache(maxsize=1)

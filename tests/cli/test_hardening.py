@@ -161,6 +161,15 @@ def test_a_damaged_cache_is_discarded_rebuilt_and_named_once(perflsp_cli, tmp_pa
     assert again.stdout == first.stdout and again.stderr == ""
 
 
+def test_the_summary_of_a_file_that_does_not_parse_is_cached_like_any_other(perflsp_cli, tmp_path):
+    (tmp_path / "loop.py").write_text(LOOP_ITEM)
+    (tmp_path / "py2.py").write_text('print "a Python 2 script"\n')
+    first = perflsp_cli("check", ".", "--output-format", "json")
+    assert sorted(f["code"] for f in _findings(first)) == ["PFL000", "PFL101"]
+    again = perflsp_cli("check", ".", "--output-format", "json")
+    assert again.stdout == first.stdout and again.stderr == ""
+
+
 def test_a_file_where_the_cache_folder_goes_is_left_alone_and_the_run_is_uncached(perflsp_cli, tmp_path):
     (tmp_path / "loop.py").write_text(LOOP_ITEM)
     (tmp_path / ".perflsp_cache").write_text("someone's notes\n")
