@@ -64,7 +64,7 @@ def iter_children(node: cst.CSTNode):
 class FunctionInfo:
     """A `def` and what the engine learned about it."""
 
-    __slots__ = ("node", "name", "class_info", "parent", "frame", "marker", "calls", "scope")
+    __slots__ = ("node", "name", "class_info", "parent", "frame", "calls", "scope")
 
     def __init__(self, node: cst.FunctionDef, class_info: Optional["ClassInfo"], parent: Optional["FunctionInfo"], frame: "Frame"):
         self.node = node
@@ -72,7 +72,6 @@ class FunctionInfo:
         self.class_info = class_info
         self.parent = parent
         self.frame = frame  # where the def statement itself sits
-        self.marker: Optional[str] = None  # "@perflsp.hot", "# perflsp: hot", ...
         self.calls: List[Tuple[cst.Call, "Frame"]] = []
         self.scope: Dict[str, List["Binding"]] = {}  # the names it binds itself -> their bindings, in source order
 
