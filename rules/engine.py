@@ -75,9 +75,14 @@ def check_source(source: str, path: str, settings: Settings,
 def _may_report(rule: Rule, hot: HotMap, settings: Settings) -> bool:
     if rule.scope != "hot" or settings.reports_cold(rule.code):
         return True
-    if rule.preview_outside_training_loops and not settings.preview:
+    if _only_in_training_loops(rule, settings):
         return hot.has_training_loop
     return hot.may_be_hot
+
+
+def _only_in_training_loops(rule: Rule, settings: Settings) -> bool:
+    """Outside preview mode, such a rule keeps its findings elsewhere in per-step code to itself."""
+    return rule.preview_outside_training_loops and not settings.preview
 
 
 def _shallow(facts: Optional[Dict[str, Any]]) -> bool:
@@ -128,7 +133,7 @@ def _reported(rule: Rule, report: Report, reason: object, settings: Settings, on
     dataset processing (a DataLoader built once in `__init__` still costs every step)."""
     if settings.reports_cold(rule.code):
         return True
-    if rule.preview_outside_training_loops and not settings.preview:
+    if _only_in_training_loops(rule, settings):
         return isinstance(reason, Hot) and reason.trains
     if isinstance(reason, Hot):
         return reason.direct or report.on_accelerator or not rule.needs_direct_evidence

@@ -169,7 +169,7 @@ class _Scope:
         self.key = key
         self.class_key = class_key  # the class whose method this is (for `self.m()`)
         self.locals: Dict[str, str] = {}  # nested defs: name -> key
-        self.regions: List[list] = []  # enclosing regions, innermost last
+        self.regions: List[Tuple[str, Span]] = []  # enclosing regions, innermost last
         self.conditions = 0  # enclosing `if`/`except` blocks: calls there may not run every time
         self.periodic: set = set()  # names bound to "is this a logging step" (`log_now = step % n == 0`)
 
@@ -245,14 +245,16 @@ class _Summarizer:
             self.import_(node)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             self.exprs([node.iter], scope)
-            kind = STEP_LOOP if _is_step_iterable(node.iter) or _backpropagates(node.body) else LOOP
-            self.region(kind, node, scope, lambda: (self.exprs([node.target], scope), self.block(node.body, scope)))
+            trains = _backpropagates(node.body)
+            kind = STEP_LOOP if trains or _is_step_iterable(node.iter) else LOOP
+            self.region(kind, node, scope, lambda: (self.exprs([node.target], scope), self.block(node.body, scope)), trains)
             self.block(node.orelse, scope)
         elif isinstance(node, ast.While):
             # `while True:` at a script's top level is its main loop
             forever = isinstance(node.test, ast.Constant) and node.test.value is True and scope.key.endswith(MODULE_LEVEL)
-            kind = STEP_LOOP if forever or _is_step_condition(node.test) or _backpropagates(node.body) else LOOP
-            self.region(kind, node, scope, lambda: (self.exprs([node.test], scope), self.block(node.body, scope)))
+            trains = _backpropagates(node.body)
+            kind = STEP_LOOP if trains or forever or _is_step_condition(node.test) else LOOP
+            self.region(kind, node, scope, lambda: (self.exprs([node.test], scope), self.block(node.body, scope)), trains)
             self.block(node.orelse, scope)
         elif isinstance(node, ast.If):
             self.exprs([node.test], scope)
@@ -333,17 +335,16 @@ class _Summarizer:
 
     # -- regions ----------------------------------------------------------------------------------
 
-    def region(self, kind: str, node: ast.stmt, scope: _Scope, visit) -> None:
-        self.enter(kind, self.span(node), node.lineno, scope, visit)
+    def region(self, kind: str, node: ast.stmt, scope: _Scope, visit, trains: bool = False) -> None:
+        self.enter(kind, self.span(node), node.lineno, scope, visit, trains)
 
     def span(self, node: ast.AST) -> Span:
         end_row = node.end_lineno or node.lineno
         return (node.lineno, self.column(node.lineno, node.col_offset), end_row, self.column(end_row, node.end_col_offset or 0))
 
-    def enter(self, kind: str, span: Span, header: int, scope: _Scope, visit) -> None:
-        region = [kind, *span, header, scope.key, None, False]
-        self.out["regions"].append(region)
-        scope.regions.append(region)
+    def enter(self, kind: str, span: Span, header: int, scope: _Scope, visit, trains: bool = False) -> None:
+        self.out["regions"].append([kind, *span, header, scope.key, None, trains])
+        scope.regions.append((kind, span))
         try:
             visit()
         finally:
@@ -367,8 +368,6 @@ class _Summarizer:
                 ref = self.ref(node.func, scope)
                 if ref is not None:
                     calls.append([scope.key, ref, node.lineno, _site(scope.regions), scope.conditions > 0])
-                if type(node.func) is ast.Attribute and node.func.attr in _BACKWARD:
-                    _mark_training(scope.regions)
             elif kind in _COMPREHENSIONS:
                 # the first iterable is evaluated once: the region leaves it out
                 first = node.generators[0].iter
@@ -467,10 +466,9 @@ def _top_level(body: List[ast.stmt]):
                 yield from _top_level(inner)
 
 
-def _site(regions: List[list]) -> str:
+def _site(regions: List[Tuple[str, Span]]) -> str:
     looped = False
-    for region in reversed(regions):
-        kind = region[0]
+    for kind, _ in reversed(regions):
         if kind == STEP_LOOP:
             return STEP
         if kind in RARE_REGIONS:
@@ -479,20 +477,11 @@ def _site(regions: List[list]) -> str:
     return LOOP_SITE if looped else PLAIN
 
 
-def _mark_training(regions: List[list]) -> None:
-    """A `backward()` call makes the innermost step loop around it a training loop (a def nested
-    in the loop has its own regions: a closure handed to `optimizer.step` does not count)."""
-    for region in reversed(regions):
-        if region[0] == STEP_LOOP:
-            region[8] = True
-            return
-
-
 def _backpropagates(body: List[ast.stmt]) -> bool:
     """The loop's own body calls `backward()`: each pass is a training step, whatever the loop
     iterates (`for batch in tepoch`, `for data in buffer.get(n)`). Loops and defs nested in it are
-    left out: they are judged on their own (an epoch loop around the step loop is no step loop), so
-    each statement is scanned once."""
+    left out: they are judged on their own (an epoch loop around the step loop is no step loop, a
+    closure handed to `optimizer.step` is no pass of the loop), so each statement is scanned once."""
     stack: List[ast.AST] = list(body)
     while stack:
         node = stack.pop()
