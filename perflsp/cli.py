@@ -253,12 +253,14 @@ def _modify(results, overrides: Dict[str, Any], args: argparse.Namespace):
 
 
 def _sources(findings) -> Dict[str, str]:
+    from perflsp.rules.runner import read_text
+
     out: Dict[str, str] = {}
     for finding in findings:
         if finding.filename not in out and not finding.filename.endswith(".ipynb"):
             try:
-                out[finding.filename] = Path(finding.filename).read_text(encoding="utf-8-sig")
-            except OSError:
+                out[finding.filename] = read_text(Path(finding.filename))
+            except (OSError, ValueError):
                 pass
     return out
 

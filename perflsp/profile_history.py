@@ -16,7 +16,8 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from perflsp.profile_result import write_json_atomic
+from perflsp.profile_result import MAX_RESULT_BYTES, write_json_atomic
+from perflsp.safe_files import LeavesFolder, ensure_inside, read_regular
 
 FORMAT = 1
 LIMIT = 10
@@ -35,6 +36,7 @@ class History:
     results: List[Dict[str, Any]] = field(default_factory=list)  # oldest first
     warning: Optional[str] = None
     writable: bool = True  # False: a damaged file could not be moved aside; never overwrite it
+    inside: Optional[Path] = None  # the workspace the history must stay in
 
     @property
     def previous(self) -> Optional[Dict[str, Any]]:
@@ -45,20 +47,33 @@ class History:
         if not self.writable:
             return None
         self.results = (self.results + [result])[-LIMIT:]
-        return write_json_atomic(self.path, {"format": FORMAT, "results": self.results})
+        return write_json_atomic(self.path, {"format": FORMAT, "results": self.results}, inside=self.inside)
 
 
-def load(path: Path) -> History:
+def load(path: Path, inside: Path) -> History:
     """A missing file is an empty history; a damaged one is moved aside (see the module's
-    docstring) and reads as empty, with a warning."""
+    docstring) and reads as empty, with a warning. A history that a symbolic link leads out of the
+    workspace `inside` is neither read nor written."""
     try:
-        text = path.read_text(encoding="utf-8")
+        ensure_inside(path, inside)
+    except LeavesFolder as exc:
+        return History(path, warning=f"no profile history is kept: {exc}", writable=False)
+    history = _read(path)
+    history.inside = inside
+    return history
+
+
+def _read(path: Path) -> History:
+    try:
+        text = read_regular(path, MAX_RESULT_BYTES).decode("utf-8")
     except FileNotFoundError:
         return History(path)
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # NotRegularFile and UnicodeDecodeError included
         return _set_aside(path, f"cannot be read ({exc})")
     try:
         data = json.loads(text)
+    except RecursionError:
+        return _set_aside(path, "is nested too deeply")
     except ValueError as exc:
         return _set_aside(path, f"is not JSON ({exc})")
     if not isinstance(data, dict) or data.get("format") != FORMAT:

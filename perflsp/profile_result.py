@@ -12,6 +12,7 @@ no `jsonschema` installed (the GPU machines); tests validate against the real sc
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import os
@@ -21,9 +22,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from perflsp import units
+from perflsp.safe_files import ensure_inside, read_regular
+from perflsp.schema_check import Validator
 
 SCHEMA_VERSION = 3  # 2: `latency-bound` joined the regimes; 3: `comparison` (the re-measure loop) and `compile`
 SCHEMA_FILE = Path(__file__).with_name("profile_result.schema.json")
+MAX_RESULT_BYTES = 64 * 1024 * 1024  # a profile result is a few hundred kB at most
 
 # `verdict.regime` is keyed on by the editor and by scripts: these strings never change meaning.
 REGIMES = ("compute-bound", "memory-bound", "latency-bound", "overhead-bound", "sync-bound", "transfer-bound")
@@ -79,8 +83,11 @@ def result_path(workspace: os.PathLike | str, module: str, qualname: str) -> Pat
     return results_dir(workspace) / result_filename(module, qualname)
 
 
-def write_json_atomic(path: os.PathLike | str, data: Any) -> Path:
+def write_json_atomic(path: os.PathLike | str, data: Any, inside: Optional[os.PathLike | str] = None) -> Path:
     """Write `data` as JSON to `path` so that readers see the old file or the whole new one.
+
+    `inside`: the folder the file belongs in (a workspace, which a cloned repository controls):
+    nothing is written when a symbolic link leads `path` out of it (`safe_files.LeavesFolder`).
 
     The text is serialised before any file is touched (a value that cannot be encoded leaves
     nothing behind), written to a temporary file in the same folder, flushed to disk and moved
@@ -89,6 +96,8 @@ def write_json_atomic(path: os.PathLike | str, data: Any) -> Path:
     """
     target = Path(path)
     text = json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    if inside is not None:
+        ensure_inside(target, inside)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
     try:
@@ -118,17 +127,22 @@ def _chmod_like_new_file(fd: int) -> None:
 
 
 def read_result(path: os.PathLike | str) -> Dict[str, Any]:
-    """Load a result file, refusing other schema versions (a reader must not guess)."""
+    """Load a result file, refusing other schema versions (a reader must not guess) and anything
+    the schema does not allow."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_regular(path, MAX_RESULT_BYTES).decode("utf-8"))
+    except (OSError, ValueError) as exc:  # NotRegularFile, JSONDecodeError and UnicodeDecodeError included
         raise ResultError(f"{path}: cannot read profile result: {exc}") from None
+    except RecursionError:
+        raise ResultError(f"{path}: cannot read profile result: nested too deeply") from None
     if not isinstance(data, dict):
         raise ResultError(f"{path}: a profile result must be a JSON object")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ResultError(f"{path}: schema_version {version!r}; this perflsp reads version {SCHEMA_VERSION}")
+    problems = check(data)
+    if problems:
+        raise ResultError(f"{path}: not a valid profile result: {problems[0]}")
     return data
 
 
@@ -229,60 +243,14 @@ def is_stale(result: Mapping[str, Any], source_text: str) -> bool:
     return current != recorded
 
 
-# --- structural check (stdlib only) ------------------------------------------------------------
+# --- validation (stdlib only) ------------------------------------------------------------------
 
-_TOP_LEVEL = ("schema_version", "tool", "created_at", "status", "target", "settings", "device",
-              "ceilings", "timing", "totals", "verdict", "lines", "syncs", "kernels", "top_ops",
-              "environment", "error", "comparison")
-_OK_BLOCKS = ("device", "ceilings", "timing", "totals", "verdict", "kernels", "environment")
+def check(result: Any) -> List[str]:
+    """Where `result` breaks the JSON Schema (empty when valid), first problems first. Readers
+    validate before they use a result: a cloned repository can commit any file as one."""
+    return _validator().problems(result)
 
 
-def check(result: Mapping[str, Any]) -> List[str]:
-    """Problems with `result`'s shape (empty when fine). A subset of the JSON Schema's rules:
-    what a reader relies on. Used where `jsonschema` is not installed."""
-    problems: List[str] = []
-    for key in _TOP_LEVEL:
-        if key not in result:
-            problems.append(f"missing `{key}`")
-    if problems:
-        return problems
-    if result["schema_version"] != SCHEMA_VERSION:
-        problems.append(f"schema_version is {result['schema_version']!r}, expected {SCHEMA_VERSION}")
-    status = result["status"]
-    if status not in ("ok", "error"):
-        problems.append(f"status is {status!r}")
-    target = result["target"] or {}
-    for key in ("spec", "module", "qualname"):
-        if not isinstance(target.get(key), str):
-            problems.append(f"target.{key} must be a string")
-    if status == "ok":
-        for key in _OK_BLOCKS:
-            if not isinstance(result.get(key), dict):
-                problems.append(f"status ok but `{key}` is not an object")
-        if result["error"] is not None:
-            problems.append("status ok but `error` is set")
-        verdict = result.get("verdict") or {}
-        if verdict.get("regime") not in REGIMES:
-            problems.append(f"verdict.regime is {verdict.get('regime')!r}; expected one of {', '.join(REGIMES)}")
-        timing = result.get("timing") or {}
-        for key in ("median_us", "p10_us", "p90_us"):
-            if not isinstance(timing.get(key), (int, float)) or timing.get(key) < 0:
-                problems.append(f"timing.{key} must be a non-negative number")
-        comparison = result["comparison"]
-        if comparison is not None and not isinstance(comparison, dict):
-            problems.append("comparison must be an object or null")
-        for i, line in enumerate(result.get("lines") or []):
-            if not isinstance(line.get("line"), int):
-                problems.append(f"lines[{i}].line must be an integer")
-            if line.get("regime") not in REGIMES:
-                problems.append(f"lines[{i}].regime is {line.get('regime')!r}")
-    elif status == "error":
-        error = result["error"]
-        if not isinstance(error, dict):
-            problems.append("status error but `error` is not an object")
-        else:
-            if error.get("kind") not in ERROR_KINDS:
-                problems.append(f"error.kind is {error.get('kind')!r}")
-            if not isinstance(error.get("message"), str) or not error.get("message"):
-                problems.append("error.message must be a non-empty string")
-    return problems
+@functools.lru_cache(maxsize=1)
+def _validator() -> Validator:
+    return Validator(load_schema())

@@ -36,8 +36,11 @@ from pathlib import Path, PurePath
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
 
 from perflsp.hot_file import HOT_VERSION, MIN_STEPS, STEP_SOURCES, hot_path
+from perflsp.safe_files import read_regular
 
 log = logging.getLogger("perflsp")
+
+MAX_HOT_BYTES = 64 * 1024 * 1024  # a recorded run of a large project is a few MB
 
 HOT_SHARE = 0.5  # ran in at least this share of the recorded steps: per-step code
 
@@ -79,10 +82,10 @@ def load_measured(workspace_root: Path) -> Optional[Measured]:
     """The workspace's recorded run, or None (no file; a bad one is also logged as a warning)."""
     path = hot_path(workspace_root)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, MAX_HOT_BYTES).decode("utf-8")
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # NotRegularFile and UnicodeDecodeError included
         log.warning("perflsp: cannot read %s: %s", path, exc)
         return None
     try:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, 
 import perflsp
 from perflsp.config import Settings, settings_for
 from perflsp.findings import Finding
+from perflsp.safe_files import create_exclusive, ensure_inside, read_regular
 
 if TYPE_CHECKING:
     from perflsp.rules.reparse import Reparser
@@ -36,6 +37,7 @@ log = logging.getLogger("perflsp")
 SUFFIXES = (".py", ".pyi", ".ipynb")
 _LOOPING_LINK = "skipped: a symbolic link that loops back on itself"
 MAX_FILE_BYTES = 5 * 1024 * 1024  # larger files are generated code: parsing one would take ~minutes
+MAX_CACHE_BYTES = 512 * 1024 * 1024  # a findings.json for ~100,000 files; anything larger is not perflsp's
 _ALWAYS_SKIPPED = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".perflsp_cache",
                    ".perflsp", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", ".nox", "build", "dist",
                    "site-packages", ".eggs", ".ipynb_checkpoints"}
@@ -156,9 +158,9 @@ def check_text(text: str, path: str, settings: Settings, facts: Optional[Dict[st
 
 
 def read_text(path: Path) -> str:
-    data = path.read_bytes()
-    if len(data) > MAX_FILE_BYTES:
-        raise ValueError(f"skipped: {len(data) / 1e6:.1f} MB is over perflsp's {MAX_FILE_BYTES // 2**20} MiB limit per file")
+    """A source file's text; ValueError ("skipped: ...") for what is not a regular UTF-8 file under
+    the size cap (a link to /dev/zero, a FIFO, generated code)."""
+    data = read_regular(path, MAX_FILE_BYTES)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -233,10 +235,10 @@ class Cache:
             self._warn_once(f"{self.directory} is not a folder, so the cache is off; remove it to cache again")
             return {}
         try:
-            data = json.loads(self.file.read_text(encoding="utf-8"))
+            data = json.loads(read_regular(self.file, MAX_CACHE_BYTES).decode("utf-8"))
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError) as exc:  # a folder in its place, cut short, not text
+        except (OSError, ValueError, RecursionError) as exc:  # a folder or device in its place, cut short, not text
             self._discard(f"unreadable ({exc.__class__.__name__})")
             return {}
         if not isinstance(data, dict):
@@ -289,12 +291,16 @@ class Cache:
             self._warn_once(f"{self.file}: the cache could not be written ({exc.strerror or exc})")
 
     def _write(self) -> None:
+        # A cache folder committed as a symbolic link must not make perflsp write outside the
+        # folder the cache sits in (the workspace, by default).
+        gitignore = self.directory / ".gitignore"
+        for path in (self.file, gitignore):
+            ensure_inside(path, self.directory.absolute().parent)
         folder = self.file.parent
         _make_way(folder, for_folder=True)
         folder.mkdir(parents=True, exist_ok=True)
-        gitignore = self.directory / ".gitignore"
-        if not gitignore.exists():
-            gitignore.write_text("# Automatically created by perflsp.\n*\n")
+        if not os.path.lexists(gitignore):
+            create_exclusive(gitignore, "# Automatically created by perflsp.\n*\n")
         _make_way(self.file, for_folder=False)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".findings-", suffix=".json")
         try:

@@ -359,10 +359,12 @@ def _uncounted_notes(records: List[OpRecord], limit: int = 6) -> List[str]:
 
 def read_previous(path: Path) -> Optional[Dict[str, Any]]:
     """The result last written for this function, whatever its schema version, or None."""
+    from perflsp.profile_result import MAX_RESULT_BYTES
+    from perflsp.safe_files import read_regular
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
+        data = json.loads(read_regular(path, MAX_RESULT_BYTES).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

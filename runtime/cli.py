@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from perflsp.profile_result import (EXIT_GRAPH_BREAKS, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, exit_code_for,
                                     result_path, write_json_atomic)
+from perflsp.safe_files import LeavesFolder, ensure_inside
 
 DEFAULT_PEAKS_TIMEOUT_S = 300.0
 DEFAULT_PEAKS_BUDGET_S = 6.0  # perflsp.runtime.peaks.DEFAULT_BUDGET_S (not imported: it needs no torch here)
@@ -270,7 +271,11 @@ def _publish_hot(args: argparse.Namespace, document: Optional[Dict[str, Any]], w
 
     if document is None:
         return
-    written = write_json_atomic(hot_path(workspace), document)
+    try:
+        written = write_json_atomic(hot_path(workspace), document, inside=workspace)
+    except LeavesFolder as exc:
+        print(f"perflsp: warning: the recorded run is not saved: {exc}", file=sys.stderr)
+        return
     if args.json != "-":
         print(report.hot_row(document, str(written)))
         sys.stdout.flush()
@@ -327,7 +332,11 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
     code = EXIT_OK if result["status"] == "ok" else exit_code_for(error["kind"])
     written: Optional[Path] = None
     if result["status"] == "ok" or error["kind"] in PUBLISHED_ERRORS:
-        written = _publish(result, result_path(workspace, result["target"]["module"], result["target"]["qualname"]))
+        try:
+            written = _publish(result, result_path(workspace, result["target"]["module"], result["target"]["qualname"]),
+                               workspace)
+        except LeavesFolder as exc:
+            print(f"perflsp: warning: the result is not saved in the workspace: {exc}", file=sys.stderr)
     if args.json and args.json != "-":
         write_json_atomic(args.json, result)
     if args.json == "-":
@@ -347,13 +356,14 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
     return code
 
 
-def _publish(result: Dict[str, Any], path: Path) -> Path:
+def _publish(result: Dict[str, Any], path: Path, workspace: Path) -> Path:
     """Compare a successful result with the function's previous one, then write the result file
     and add it to the function's history (`perflsp.profile_history`)."""
     from perflsp import comparison, profile_history
     from perflsp.runtime import analysis
 
-    history = profile_history.load(profile_history.history_path(path))
+    ensure_inside(path, workspace)
+    history = profile_history.load(profile_history.history_path(path), workspace)
     if result["status"] == "ok":
         if not history.results:  # a result from before histories were kept starts the history
             older = analysis.read_previous(path)
@@ -362,7 +372,7 @@ def _publish(result: Dict[str, Any], path: Path) -> Path:
         previous = history.previous
         result["comparison"] = comparison.compare(result, previous)
         analysis.note_ceilings_change(result, previous)
-    written = write_json_atomic(path, result)
+    written = write_json_atomic(path, result, inside=workspace)
     if result["status"] == "ok":
         try:
             history.append(result)

@@ -26,6 +26,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from perflsp import __version__
+from perflsp.rules.runner import read_text
 from perflsp.server import START_UP_S, end_start_up
 from perflsp.server import actions, hover, notebooks, profiling, protocol, transport
 from perflsp.server import log as client_log
@@ -164,8 +165,8 @@ class PerflspServer(LanguageServer):
             uri = from_fs_path(resolved.error_file)
             if uri and uri not in self.config_diagnostics:
                 try:
-                    line = key_line(Path(resolved.error_file).read_text(encoding="utf-8"), resolved.error)
-                except (OSError, UnicodeDecodeError):
+                    line = key_line(read_text(Path(resolved.error_file)), resolved.error)
+                except (OSError, ValueError):
                     line = 0
                 self.config_diagnostics.add(uri)
                 # Pushed even to pulling clients: config files are not Python documents they pull for.

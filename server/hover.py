@@ -13,6 +13,7 @@ from lsprotocol import types as T
 from perflsp.findings import Finding
 from perflsp.server import convert
 from perflsp.server.analysis import SYNTAX_ERROR
+from perflsp.server.markdown import prose as markdown_prose
 
 if TYPE_CHECKING:
     from perflsp.server.app import PerflspServer
@@ -44,13 +45,15 @@ def explain(finding: Finding, markdown: bool = True) -> str:
     from perflsp.rules.docs import render_rule
     from perflsp.rules.registry import rule_by_code
 
-    lines: List[str] = [f"**{finding.code} {finding.name}**: {finding.message}" if markdown
+    # Messages quote the user's code: as markdown, each part is escaped (`markdown.prose`).
+    shown = markdown_prose if markdown else str
+    lines: List[str] = [f"**{finding.code} {finding.name}**: {shown(finding.message)}" if markdown
                         else f"{finding.code} {finding.name}: {finding.message}"]
     if finding.hot is not None:
         where = finding.hot.message + (f" (cell {finding.hot.cell})" if finding.hot.cell else "")
-        lines.append(f"Hot because it runs {where}.")
+        lines.append(f"Hot because it runs {shown(where)}.")
     if finding.fix is not None:
-        lines.append(f"Fix ({finding.fix.applicability}): {finding.fix.message}; see the code actions.")
+        lines.append(f"Fix ({finding.fix.applicability}): {shown(finding.fix.message)}; see the code actions.")
     rule = rule_by_code(finding.code) if finding.code != SYNTAX_ERROR else None
     if rule is not None:
         page = render_rule(rule)

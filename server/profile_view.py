@@ -17,6 +17,7 @@ from lsprotocol import types as T
 
 from perflsp import comparison, units
 from perflsp.profile_result import compile_summary
+from perflsp.server import markdown as md
 
 PROFILE_SOURCE = "perflsp-profile"
 COMPILE_SOURCE = "perflsp-compile"
@@ -268,11 +269,12 @@ def with_measured_cost(diag: T.Diagnostic, cost: str) -> T.Diagnostic:
 
 
 def compile_hover(block: Mapping[str, Any]) -> str:
-    rows = [f"**torch.compile** (mode {block.get('mode')}): {compile_summary(block)}"]
-    rows += [f"- graph break at `{os.path.basename(b['file'])}:{b['line']}`: {b['explanation']}"
-             for b in block.get("graph_breaks") or []]
-    rows += [f"- recompiled: guard `{r['reason']}` failed" for r in block.get("recompiles") or []]
-    rows += [f"- note: {note}" for note in block.get("notes") or []]
+    rows = [f"**torch.compile** (mode {md.text(block.get('mode'))}): {md.prose(compile_summary(block))}"]
+    for item in block.get("graph_breaks") or []:
+        where = md.code(f"{os.path.basename(item['file'])}:{item['line']}")
+        rows.append(f"- graph break at {where}: {md.prose(item['explanation'])}")
+    rows += [f"- recompiled: guard {md.code(r['reason'])} failed" for r in block.get("recompiles") or []]
+    rows += [f"- note: {md.prose(note)}" for note in block.get("notes") or []]
     return "\n".join(rows)
 
 
@@ -280,15 +282,16 @@ def compile_hover(block: Mapping[str, Any]) -> str:
 
 def hover_text(result: Mapping[str, Any], stale: bool, result_file: Optional[str],
                plot_uri: Optional[str] = None) -> str:
+    # A result file can come from a cloned repository: every string in it is escaped (`markdown`).
     target = result.get("target") or {}
-    title = f"**perflsp profile: {target.get('qualname', '?')}**"
+    title = f"**perflsp profile: {md.text(target.get('qualname', '?'))}**"
     if stale:
         title += " *(stale: the function changed since it was profiled; run Profile again)*"
     if result.get("status") != "ok":
         error = result.get("error") or {}
-        text = [title, f"Profiling failed ({error.get('kind')}): {error.get('message', '')}"]
+        text = [title, f"Profiling failed ({md.text(error.get('kind'))}): {md.prose(error.get('message', ''))}"]
         if error.get("traceback"):
-            text.append("```\n" + str(error["traceback"]).rstrip() + "\n```")
+            text.append(md.block(error["traceback"]))
         return "\n\n".join(text)
     verdict = result.get("verdict") or {}
     timing = result.get("timing") or {}
@@ -296,8 +299,8 @@ def hover_text(result: Mapping[str, Any], stale: bool, result_file: Optional[str
     ceilings = result.get("ceilings") or {}
     device = result.get("device") or {}
     rows = [
-        ("verdict", f"**{verdict.get('regime')}**"),
-        ("device", f"{device.get('kind', '?')}: {device.get('name', '?')}"),
+        ("verdict", f"**{md.text(verdict.get('regime'))}**"),
+        ("device", f"{md.text(device.get('kind', '?'))}: {md.text(device.get('name', '?'))}"),
         ("time", f"median {units.duration_us(timing.get('median_us'))} (p10 {units.duration_us(timing.get('p10_us'))}, "
                  f"p90 {units.duration_us(timing.get('p90_us'))}, {timing.get('calls', '?')} calls)"),
         ("FLOPs", units.si(totals.get("flops"), "FLOP")),
@@ -305,39 +308,38 @@ def hover_text(result: Mapping[str, Any], stale: bool, result_file: Optional[str
         ("intensity", "?" if totals.get("intensity_flop_per_byte") is None
          else f"{totals['intensity_flop_per_byte']:.3g} FLOP/B (ridge {ceilings.get('ridge_flop_per_byte', 0):.3g})"),
         ("compute", f"{units.flop_rate(totals.get('attained_flops_per_s'))} = {units.percent(totals.get('flops_fraction'))} "
-                    f"of {units.flop_rate(ceilings.get('peak_flops_per_s'))} ({ceilings.get('dtype', '?')})"),
+                    f"of {units.flop_rate(ceilings.get('peak_flops_per_s'))} ({md.text(ceilings.get('dtype', '?'))})"),
         ("memory", f"{units.byte_rate(totals.get('attained_bytes_per_s'))} = {units.percent(totals.get('bandwidth_fraction'))} "
                    f"of {units.byte_rate(ceilings.get('bandwidth_bytes_per_s'))}"),
     ]
     change = comparison.describe(result)
     if change:
-        rows.append(("since last", change))
+        rows.append(("since last", md.prose(change)))
     text = [title, "| | |\n| --- | --- |\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)]
     if verdict.get("summary"):
-        text.append(str(verdict["summary"]))
+        text.append(md.prose(verdict["summary"]))
     for reason in verdict.get("reasons") or []:
-        text.append(f"- because {reason}")
+        text.append(f"- because {md.prose(reason)}")
     for item in verdict.get("levers") or []:
-        text.append(f"- lever: {item}")
+        text.append(f"- lever: {md.prose(item)}")
     for note in verdict.get("notes") or []:
-        text.append(f"- note: {note}")
+        text.append(f"- note: {md.prose(note)}")
     for note in (result.get("comparison") or {}).get("notes") or []:
-        text.append(f"- note: {note}")
+        text.append(f"- note: {md.prose(note)}")
     lines = result.get("lines") or []
     if lines:
         table = ["| line | time | spread | share | FLOPs | bytes | regime | code |",
                  "| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
         for entry in lines:
-            code = str(entry.get("code", "")).replace("|", "\\|")
             table.append(f"| {entry.get('line')} | {units.duration_us(entry.get('time_us'))} | {units.spread(entry)} | "
                          f"{units.percent(entry.get('share'))} | "
-                         f"{units.si(entry.get('flops'), '')} | {units.si(entry.get('bytes'), 'B')} | {entry.get('regime')} | "
-                         f"`{code}` |")
+                         f"{units.si(entry.get('flops'), '')} | {units.si(entry.get('bytes'), 'B')} | "
+                         f"{md.text(entry.get('regime'))} | {md.code(entry.get('code', ''), in_table=True)} |")
         text.append("\n".join(table))
     if result.get("compile"):
         text.append(compile_hover(result["compile"]))
     if plot_uri:
         text.append(f"[Open the roofline plot]({plot_uri})")
     if result_file:
-        text.append(f"Result: `{result_file}`")
+        text.append(f"Result: {md.code(result_file)}")
     return "\n\n".join(text)

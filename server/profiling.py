@@ -34,12 +34,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Optional, Sequence, Set, Tuple
 
 from lsprotocol import types as T
 from pygls.uris import to_fs_path
 
 from perflsp.processes import descendants
+from perflsp.rules.runner import read_text
+from perflsp.safe_files import LeavesFolder, ensure_inside
 from perflsp.profile_result import (ResultError, compile_summary, function_source_sha256, read_result, result_filename,
                                     results_dir)
 from perflsp.server import profile_view as view
@@ -116,6 +118,7 @@ class Profiler:
         self.server = server
         self.running: Dict[Tuple[str, str], Job] = {}
         self.entries: Dict[str, Dict[str, Entry]] = {}  # resolved file path -> qualname -> result
+        self.refused: Set[str] = set()  # result files already reported as unusable
         # Graph breaks found without a profile (`--graph-breaks`): {"target", "compile"} documents,
         # shown until the function changes or a profile of it arrives; never written to disk.
         self.breaks: Dict[str, Dict[str, Entry]] = {}
@@ -171,13 +174,16 @@ class Profiler:
             names = sorted(os.listdir(folder))
         except OSError:
             names = []
+        refused = []
         for name in names:
             if not name.endswith(".json"):
                 continue
             try:
                 result = read_result(folder / name)
             except ResultError as exc:
-                log.info("perflsp: %s", exc)
+                if str(folder / name) not in self.refused:
+                    self.refused.add(str(folder / name))
+                    refused.append(str(exc))
                 continue
             target = result.get("target") or {}
             if target.get("file") and os.path.realpath(target["file"]) == path and target.get("qualname"):
@@ -185,6 +191,9 @@ class Profiler:
         self.entries[path] = found
         if found:
             log.info("perflsp: loaded %d profile result(s) for %s", len(found), path)
+        if refused:  # one warning per batch, each file named once per session: a cloned repository can commit many
+            others = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+            self.message(T.MessageType.Warning, f"ignored a profile result that perflsp cannot use{others}: {refused[0]}")
 
     def closed(self, uri: str) -> None:
         path = self.file_of(uri)
@@ -379,8 +388,8 @@ class Profiler:
         text = self.text_of(uri)
         if text is None:
             try:
-                text = Path(path).read_text(encoding="utf-8")
-            except OSError as exc:
+                text = read_text(Path(path))
+            except (OSError, ValueError) as exc:
                 self.message(T.MessageType.Error, f"cannot read {path}: {exc}")
                 return {"status": "refused", "message": str(exc)}
         if not qualname:
@@ -395,8 +404,8 @@ class Profiler:
             self.message(T.MessageType.Warning, text)
             return {"status": "busy", "message": text}
         try:
-            disk = Path(path).read_text(encoding="utf-8")
-        except OSError:
+            disk = read_text(Path(path))
+        except (OSError, ValueError):
             disk = None
         if disk is not None and function_source_sha256(disk, qualname)[0] != function_source_sha256(text, qualname)[0]:
             self.message(T.MessageType.Warning, f"{qualname} has unsaved changes: the saved version is profiled")
@@ -478,7 +487,12 @@ class Profiler:
                 command += ["--min-time", f"{editor.profile_min_time:g}"]
             if job.mode == "compile":  # the compile gets the profile's timeout again, on top of the profile's own
                 command += ["--compile", "--compile-timeout", f"{editor.profile_timeout or DEFAULT_TIMEOUT_S:g}"]
-            command += ["--plot", str(plot_path(workspace, job.path, job.qualname))]
+            plot = plot_path(workspace, job.path, job.qualname)
+            try:
+                ensure_inside(plot, workspace)
+                command += ["--plot", str(plot)]
+            except LeavesFolder as exc:
+                log.warning("perflsp: no roofline plot: %s", exc)
         self.server.window_log_message(T.LogMessageParams(
             type=T.MessageType.Info, message=f"perflsp: profiling {job.qualname}: {shlex.join(command)}"))
         token = await self._progress_begin(job)

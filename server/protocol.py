@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any, Dict, Generator, Optional, Sequence, Union
+from urllib.parse import unquote
 
 import attrs
 from cattrs.errors import ClassValidationError
@@ -103,7 +104,13 @@ class PerflspProtocol(LanguageServerProtocol):
 
     def _apply(self, document: T.VersionedTextDocumentIdentifier,
                changes: Sequence[T.TextDocumentContentChangeEvent]) -> None:
-        text = self.workspace.get_text_document(document.uri).source
+        # Only for documents the client opened: pygls would read a never-opened URI from disk,
+        # and `file:///dev/zero` never ends.
+        doc = self.workspace.text_documents.get(unquote(document.uri))
+        if doc is None:
+            log.warning("perflsp: ignored a change to %s, which the client never opened", document.uri)
+            return
+        text = doc.source
         encoder = Encoder(self.workspace.position_encoding)
         for change in changes:
             text = apply_change(text, change, encoder)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tupl
 from lsprotocol import types as T
 from pygls.uris import from_fs_path
 
+from perflsp.rules.runner import read_text
 from perflsp.server import convert
 from perflsp.server.analysis import result_id
 from perflsp.server.settings import EditorSettings, resolve
@@ -197,7 +198,7 @@ class WorkspaceScan:
     def _check(self, batch: List[Path], folder: Path, editor: EditorSettings, index: "Optional[ProjectIndex]") -> None:
         from perflsp.config import ConfigError
         from perflsp.rules.project import facts_digest
-        from perflsp.rules.runner import Cache, check_paths, check_text, read_text
+        from perflsp.rules.runner import Cache, check_paths, check_text
 
         keys: Dict[str, Optional[str]] = {}
 
@@ -266,7 +267,7 @@ def _diagnostics(path: Path, uri: str, findings: "List[Finding]", enc: convert.E
     if not findings:
         return []
     try:
-        lines = convert.split_lines(path.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError):
+        lines = convert.split_lines(read_text(path))
+    except (OSError, ValueError):
         return []
     return [convert.diagnostic(f, lines, enc, lambda cell: (uri, lines)) for f in findings]

@@ -234,3 +234,31 @@ def test_add_noqa_puts_each_comment_where_it_silences_and_changes_no_code(perfls
     assert _findings(perflsp_cli("check", "train.py", "--output-format", "json", "--no-cache")) == []
     again = perflsp_cli("check", "train.py", "--add-noqa", "--no-cache")
     assert "Added 0 noqa directives." in again.stderr and target.read_bytes().decode() == new
+
+
+# --- round 3, security: devices, FIFOs and links out of the workspace -----------------------------
+
+def test_devices_and_fifos_are_skipped_without_reading_them(perflsp_cli, tmp_path):
+    (tmp_path / "zero.py").symlink_to("/dev/zero")  # read to the end, it never ends
+    os.mkfifo(tmp_path / "pipe.py")  # opened for reading, it waits for a writer forever
+    (tmp_path / "loop.py").write_text(LOOP_ITEM)
+    result = perflsp_cli("check", ".", "--output-format", "json", timeout=60)
+    assert [f["code"] for f in _findings(result)] == ["PFL101"]
+    assert "zero.py: skipped: a character device, not a regular file" in result.stderr
+    assert "pipe.py: skipped: a FIFO (named pipe), not a regular file" in result.stderr
+
+
+@pytest.mark.parametrize("linked", [".perflsp_cache", ".perflsp_cache/0.1.0", ".perflsp_cache/.gitignore"])
+def test_a_cache_linked_out_of_the_workspace_gets_nothing_written(perflsp_cli, tmp_path, linked):
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    outside.mkdir()
+    (workspace / linked).parent.mkdir(parents=True, exist_ok=True)
+    # A dangling link too: writing the file would create it outside.
+    (workspace / linked).symlink_to(outside / "created" if linked.endswith(".gitignore") else outside)
+    (workspace / "loop.py").write_text(LOOP_ITEM)
+    (workspace / "perflsp.toml").write_text("preview = true\n")
+    for _ in range(2):
+        result = perflsp_cli("check", ".", "--output-format", "json", cwd=workspace)
+        assert [f["code"] for f in _findings(result)] == ["PFL101"]
+        assert "the cache could not be written (a symbolic link leads" in result.stderr
+    assert list(outside.iterdir()) == []

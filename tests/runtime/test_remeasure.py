@@ -56,7 +56,7 @@ def _profile_file(run_runtime, workspace, n, body):
 
 
 def _history(workspace, name="target.step.json"):
-    return profile_history.load(workspace / ".perflsp" / "profiles" / "history" / name)
+    return profile_history.load(workspace / ".perflsp" / "profiles" / "history" / name, workspace)
 
 
 def test_a_rewrite_is_compared_with_the_previous_result(run_runtime, tmp_path):
@@ -152,7 +152,7 @@ def test_history_shapes_that_cannot_be_used(tmp_path, content, problem):
     path = tmp_path / "history" / "m.f.json"
     path.parent.mkdir()
     path.write_text(content)
-    history = profile_history.load(path)
+    history = profile_history.load(path, tmp_path)
     assert history.results == [] and problem in history.warning and history.writable
     assert not path.exists() and len(list(path.parent.glob("m.f.json.damaged-*"))) == 1
 
@@ -168,7 +168,7 @@ def test_a_history_that_cannot_be_moved_aside_is_left_alone(tmp_path):
         blocker = path.with_name(f"{path.name}.damaged-{stamp}")
         blocker.mkdir()
         (blocker / "keep").write_text("")
-    history = profile_history.load(path)
+    history = profile_history.load(path, tmp_path)
     assert not history.writable and "could not be moved aside" in history.warning and "left as it is" in history.warning
     assert history.append({"status": "ok"}) is None
     assert path.read_text() == "not json"
@@ -177,12 +177,12 @@ def test_a_history_that_cannot_be_moved_aside_is_left_alone(tmp_path):
 def test_the_history_keeps_the_last_ten(tmp_path):
     path = tmp_path / "history" / "m.f.json"
     for i in range(13):
-        history = profile_history.load(path)
+        history = profile_history.load(path, tmp_path)
         history.append({"status": "ok", "created_at": str(i)})
     stored = json.loads(path.read_text())
     assert stored["format"] == 1
     assert [r["created_at"] for r in stored["results"]] == [str(i) for i in range(3, 13)]
-    assert profile_history.load(path).previous["created_at"] == "12"
+    assert profile_history.load(path, tmp_path).previous["created_at"] == "12"
 
 
 def test_a_failed_run_is_published_but_kept_out_of_the_history(cpu_peaks, tmp_path):
