@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -62,9 +62,17 @@ class Project:
         self.imports: Dict[str, Dict[str, str]] = {}  # module -> its import aliases (re-exports)
         self.paths: Dict[str, str] = {}  # module -> display path
         self.tests: Set[str] = set()
+        files = list(files)
+        # Scripts outside packages in different folders can share a name (`examples/*/train.py`):
+        # nothing tells which one another file's `import train` means, and their functions' keys
+        # would collide. Such files stay out of the graph and are judged alone.
+        claims = Counter(summary["module"] for _, summary in files)
+        self.ambiguous = {module for module, count in claims.items() if count > 1}
         calls: List[Tuple[str, str, int, str]] = []
         for path, summary in files:
             module = summary["module"]
+            if module in self.ambiguous:
+                continue
             self.paths[module] = path
             self.imports[module] = summary["imports"]
             if summary["test"]:
@@ -354,9 +362,11 @@ class Project:
             return how[2]
         return None
 
-    def facts(self, module: str, summary: Dict[str, Any], label: Callable[[int], str] = _line) -> Dict[str, Any]:
+    def facts(self, module: str, summary: Dict[str, Any], label: Callable[[int], str] = _line) -> Optional[Dict[str, Any]]:
         """What the engine needs about one file: its summary and its functions' status
-        ([STEP, why, call row or None, direct] or [COLD, why])."""
+        ([STEP, why, call row or None, direct] or [COLD, why]); None for a file the graph left out."""
+        if module in self.ambiguous:
+            return None
         functions: Dict[str, List[str]] = {}
         for function in summary["functions"]:
             key = function["key"]

@@ -262,3 +262,29 @@ def test_a_cache_linked_out_of_the_workspace_gets_nothing_written(perflsp_cli, t
         assert [f["code"] for f in _findings(result)] == ["PFL101"]
         assert "the cache could not be written (a symbolic link leads" in result.stderr
     assert list(outside.iterdir()) == []
+
+
+def test_scripts_sharing_a_name_in_different_folders_are_judged_alone(perflsp_cli, tmp_path):
+    # dgl's examples/*/node_classification.py: one graph module for both made a call row of the
+    # long script a row of the short one (IndexError, the whole run lost).
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "train.py").write_text(
+        'import torch\n\n\ndef log(loss):\n    print(torch.ones(1, device="cuda").item())\n')
+    (tmp_path / "b" / "train.py").write_text("import torch\n" + "\n" * 40 + textwrap.dedent("""\
+        def log(loss):
+            pass
+
+
+        def main(model, loader, opt):
+            for x in loader:
+                loss = model(x).sum()
+                loss.backward()
+                opt.step()
+                log(loss)
+                print(loss.item())
+        """))
+    found = _by_file(_findings(perflsp_cli("check", ".", "--output-format", "json", "--no-cache")))
+    assert list(found) == ["train.py"]
+    [finding] = found["train.py"]
+    assert finding["filename"].endswith(os.path.join("b", "train.py")) and finding["location"]["row"] == 52
