@@ -299,7 +299,7 @@ def _plot_problem(path: str) -> Optional[str]:
 
 def _failed_run(base: Dict[str, Any], outcome: Any, timeout_s: float, target: Any) -> Dict[str, Any]:
     """The result when the profiling process left none: it hung, or it died."""
-    from perflsp.runtime import analysis, supervisor
+    from perflsp.runtime import analysis, reaper, supervisor
 
     progress = ""
     if outcome.progress and outcome.progress.get("done") is not None:
@@ -311,18 +311,29 @@ def _failed_run(base: Dict[str, Any], outcome: Any, timeout_s: float, target: An
                    f"everything it started were killed" + (f"; it was at {where}" if where else ""))
         error = analysis.error_block("timeout", message, phase=outcome.phase,
                                      traceback=outcome.stack_dump.strip() or None)
-    elif outcome.signal_number == signal.SIGKILL:
-        error = analysis.error_block("out-of-memory", f"the profiling process was killed (SIGKILL) during "
-                                     f"{outcome.phase}{progress}, most likely by the system's out-of-memory killer",
+    elif outcome.signal_number == signal.SIGKILL and outcome.oom_kills:
+        error = analysis.error_block("out-of-memory", f"the profiling process was killed by the system's "
+                                     f"out-of-memory killer during {outcome.phase}{progress} (the OOM kill count of "
+                                     f"its memory cgroup rose by {outcome.oom_kills})", phase=outcome.phase)
+    elif outcome.signal_number == signal.SIGKILL:  # who sent it leaves no trace: say both
+        error = analysis.error_block("crash", f"the profiling process was killed by SIGKILL during {outcome.phase}"
+                                     f"{progress} (by another process or the system's out-of-memory killer)",
                                      phase=outcome.phase)
+    elif outcome.signal_number in reaper.STOP_SIGNALS:  # sent by someone else: ours are the timeout's, handled above
+        error = analysis.error_block("crash", f"the profiling process was stopped by {_signal_name(outcome.signal_number)} "
+                                     f"from another process during {outcome.phase}{progress}; perflsp killed every "
+                                     f"process of the job", phase=outcome.phase)
     elif outcome.signal_number:
-        name = signal.Signals(outcome.signal_number).name if outcome.signal_number in signal.Signals._value2member_map_ else str(outcome.signal_number)
-        error = analysis.error_block("crash", f"the profiling process died with {name} during {outcome.phase}{progress}",
-                                     phase=outcome.phase)
+        error = analysis.error_block("crash", f"the profiling process died with {_signal_name(outcome.signal_number)} "
+                                     f"during {outcome.phase}{progress}", phase=outcome.phase)
     else:
         error = analysis.error_block("crash", f"the profiling process exited with status {outcome.exit_code} during "
                                      f"{outcome.phase} without a result (its output is above)", phase=outcome.phase)
     return analysis.with_error(base, error)
+
+
+def _signal_name(number: int) -> str:
+    return signal.Signals(number).name if number in signal.Signals._value2member_map_ else str(number)
 
 
 def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -> int:

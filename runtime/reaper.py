@@ -11,7 +11,8 @@ even one started with `start_new_session=True`) and forks:
   supervisor's request for a stack dump), and when the worker has exited, or the supervisor asks
   it to stop (SIGTERM, SIGINT, SIGHUP), or the supervisor dies (its own `PR_SET_PDEATHSIG` =
   SIGTERM, so even `kill -9` of the supervisor), it kills every process below it, waits for
-  them, and exits as the worker did.
+  them, and exits as the worker did; when it killed the worker itself, it ends by the signal it
+  was asked to stop with (the worker's SIGKILL would say that something outside killed it).
 
 The supervisor removes the job folder; if it was killed, the next run removes folders whose
 supervisor is gone (supervisor.py). Elsewhere (no /proc, no prctl) the worker runs without a
@@ -35,7 +36,11 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class _Stop(Exception):
-    """The supervisor asked us to stop, or died."""
+    """The supervisor asked us to stop, or died (or another process sent a stop signal)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def split(job_path: str) -> None:
@@ -71,7 +76,7 @@ def _exit_if_orphaned(parent: int) -> None:
 
 def _reap(worker: int) -> int:
     def stop(signum: int, frame: Any) -> None:
-        raise _Stop()
+        raise _Stop(signum)
 
     def forward(signum: int, frame: Any) -> None:
         try:
@@ -83,20 +88,24 @@ def _reap(worker: int) -> int:
         signal.signal(signum, stop)
     signal.signal(signal.SIGUSR1, forward)
     status: Optional[int] = None
+    stopped_by: Optional[int] = None
     try:
         while status is None:
             pid, code = os.waitpid(-1, 0)  # orphans that end are reaped here too
             if pid == worker:
                 status = code
-    except _Stop:
-        pass
+    except _Stop as stop_request:
+        stopped_by = stop_request.signum
     for signum in STOP_SIGNALS:  # nothing interrupts the cleanup
         signal.signal(signum, signal.SIG_IGN)
     reaped = kill_tree()
     status = status if status is not None else reaped.get(worker, 0)
     exit_code = os.waitstatus_to_exitcode(status)
-    if exit_code < 0:  # end as the worker did, so the supervisor sees its signal (SIGKILL: the OOM killer)
-        signal.signal(-exit_code, signal.SIG_DFL)
+    if stopped_by is not None and exit_code == -signal.SIGKILL:  # kill_tree's SIGKILL, not the worker's fate
+        exit_code = -stopped_by
+    if exit_code < 0:  # end as the worker did, so the supervisor sees its signal
+        if -exit_code != signal.SIGKILL:  # the one signal whose action is fixed (setting it raises)
+            signal.signal(-exit_code, signal.SIG_DFL)
         os.kill(os.getpid(), -exit_code)
     return exit_code
 
@@ -105,7 +114,9 @@ def kill_tree() -> dict:
     """SIGKILL every process below us until none is left, and wait for each; {pid: wait status}.
 
     One round is not enough: a process killed mid-fork leaves a child, re-parented to us once its
-    parent is gone, that the next round finds."""
+    parent is gone, that the next round finds. Once none is left alive, the children are waited
+    for until they are gone: a killed process whose threads are still exiting already reads as a
+    zombie (the worker, with torch's threads), but cannot be waited for before they are."""
     statuses = {}
     for _ in range(KILL_ROUNDS):
         alive = descendants(os.getpid())
@@ -114,18 +125,19 @@ def kill_tree() -> dict:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        statuses.update(_reap_ended())
+        statuses.update(_reap_ended(block=not alive))
         if not alive:
             break
         time.sleep(0.01)
     return statuses
 
 
-def _reap_ended() -> dict:
+def _reap_ended(block: bool) -> dict:
+    """{pid: wait status} of the children that ended; with `block`, of every child, waiting for them."""
     statuses = {}
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
         except ChildProcessError:
             break
         if pid == 0:

@@ -10,6 +10,11 @@ responsive whatever the child does.
 
 Job folders are named after their supervisor's pid (`perflsp-job-<pid>-*`): a supervisor killed
 with SIGKILL cannot remove its own, so every run first removes those whose supervisor is gone.
+
+A child killed by SIGKILL says nothing of who killed it: the kernel's out-of-memory killer, or any
+process. The OOM killer leaves a mark, the `oom_kill` count of the memory cgroup its victim was in
+(cgroup v2 `memory.events`, v1 `memory.oom_control`); the job runs in ours, so the count is read
+before and after it (`Outcome.oom_kills`).
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ class Outcome:
     elapsed_s: float = 0.0
     notes: List[str] = field(default_factory=list)
     hot: Optional[Dict[str, Any]] = None  # what a program run recorded for .perflsp/hot.json
+    oom_kills: Optional[int] = None  # processes the OOM killer killed in our memory cgroup while it ran (None: unknown)
 
 
 def _kill_group(pid: int, sig: int) -> None:
@@ -120,6 +126,7 @@ def run_job(job: Dict[str, Any], timeout_s: float, on_message: Callable[[Dict[st
 def _watch(paths: Dict[str, str], timeout_s: float, on_message: Callable[[Dict[str, Any]], None], stdout: Any,
            stop_after_result: bool, partial_results: bool) -> Outcome:
     command = [sys.executable, "-m", "perflsp.runtime", "_worker", paths["job.json"]]
+    oom_kills_before = _oom_kills()
     started = time.monotonic()
     # The user's prints go to our stderr: our stdout carries the table or the JSON result. The
     # child starts in the job's private folder: `-m` puts the current folder first on sys.path,
@@ -174,11 +181,48 @@ def _watch(paths: Dict[str, str], timeout_s: float, on_message: Callable[[Dict[s
     outcome.elapsed_s = time.monotonic() - started
     if outcome.exit_code is not None and outcome.exit_code < 0:
         outcome.signal_number = -outcome.exit_code
+    oom_kills_after = _oom_kills()
+    if oom_kills_before is not None and oom_kills_after is not None:
+        outcome.oom_kills = oom_kills_after - oom_kills_before
     # A timed-out job may have written a partial result (a compile job writes its graph breaks
     # before compiling); a profile job writes its result only when complete.
     outcome.payload = _read_json(paths["result.json"])
     outcome.hot = _read_json(paths["hot.json"])
     return outcome
+
+
+def _oom_kills() -> Optional[int]:
+    """How many processes the kernel's OOM killer has killed in this process's memory cgroup so far,
+    or None where no cgroup tells (not Linux, no memory controller)."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as handle:
+            memberships = [line.rstrip("\n").split(":", 2) for line in handle if line.count(":") >= 2]
+    except OSError:
+        return None
+    for _, controllers, path in memberships:
+        if "memory" in controllers.split(","):
+            counter = f"/sys/fs/cgroup/memory{path}/memory.oom_control"
+        elif not controllers:  # the unified (v2) hierarchy: every controller enabled there
+            counter = f"/sys/fs/cgroup{path}/memory.events"
+        else:
+            continue
+        count = _oom_kill_count(counter)
+        if count is not None:
+            return count
+    return None
+
+
+def _oom_kill_count(path: str) -> Optional[int]:
+    """The `oom_kill` line of a cgroup's `memory.events` (v2) or `memory.oom_control` (v1)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def _read_json(path: str) -> Optional[Dict[str, Any]]:

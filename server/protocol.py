@@ -4,12 +4,16 @@ Every request gets a response, even a malformed or early one. pygls structures e
 it parses the JSON; when a request's params do not fit the method's type it raises, its read loop
 logs the error, and the client waits for an answer forever. Here such a request becomes a
 `Refused` message that is answered with InvalidParams (-32602) and a message naming the field and
-what is wrong with it.
+what is wrong with it. A request whose id is not a number or a string (`[1]`, `{}`, `true`, null)
+is answered with InvalidRequest (-32600) and `"id": null`, as JSON-RPC 2.0 says, and never runs:
+pygls would run it (`"id": true` on `shutdown` shut the server down) and then fail on the id.
 
 The LSP lifecycle, as the specification words it: before `initialize` a request is answered with
 ServerNotInitialized (-32002) and a notification is dropped, except `exit`; after `shutdown` a
-request is answered with InvalidRequest (-32600). pygls would run the handler before `initialize`
-(an internal error with a traceback) and answer nothing after `shutdown`.
+request is answered with InvalidRequest (-32600), and so is a second `initialize` ("may only be sent
+once"). pygls would run the handler before `initialize` (an internal error with a traceback),
+answer nothing after `shutdown`, and start a new workspace on a second `initialize`, forgetting
+every open document.
 
 Document edits are applied as LSP defines lines and positions (`convert.apply_change`). pygls
 splits lines where `str.splitlines` does, at form feeds and U+2028 too, and puts a position past
@@ -17,6 +21,7 @@ the end of the last line one character short: its copy of the text drifts from t
 """
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Dict, Generator, Optional, Sequence, Union
 from urllib.parse import unquote
@@ -34,11 +39,14 @@ from perflsp.server.convert import Encoder, apply_change
 log = logging.getLogger("perflsp.server")
 
 
+MsgId = Union[int, float, str]
+
+
 @attrs.define
 class Refused:
     """A request answered with `error` instead of being handled."""
 
-    id: Union[int, str]
+    id: Optional[MsgId]  # None: the request's own id is not a valid one
     method: str
     error: T.ResponseError
     jsonrpc: str = "2.0"
@@ -50,19 +58,30 @@ class PerflspProtocol(LanguageServerProtocol):
         self.initialize_received = False
 
     def structure_message(self, data: Dict[str, Any]) -> Any:
+        if "jsonrpc" in data and _is_request(data) and not _valid_id(data["id"]):
+            return self.refusal(data, JsonRpcInvalidRequest(
+                message=f"{data['method']}: a request's id must be a number or a string, not {_kind(data['id'])}"))
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:
             method = data.get("method", "a response")
             error = type(exc)(message=f"{exc.message} for {method}: {_what_is_wrong(exc.__cause__)}")
-            if not _is_request(data):
+            refused = self.refusal(data, error)
+            if refused is None:
                 raise error from exc.__cause__  # nobody waits for an answer: the reader logs and drops it
-            log.warning("perflsp: refused request %s: %s", data["id"], error.message)
-            return Refused(id=data["id"], method=method, error=error.to_response_error())
+            return refused
+
+    def refusal(self, data: Dict[str, Any], error: JsonRpcException) -> Optional[Refused]:
+        """`error` as the answer to `data` when it is a request; None when it is not (nobody waits for one)."""
+        if not _is_request(data):
+            return None
+        msg_id = data["id"] if _valid_id(data["id"]) else None
+        log.warning("perflsp: refused request %s: %s", json.dumps(msg_id), error.message)
+        return Refused(id=msg_id, method=str(data["method"]), error=error.to_response_error())
 
     def handle_message(self, message: Any) -> None:
         if isinstance(message, Refused):
-            self._send_response(message.id, error=message.error)
+            self._send_error(message.id, message.error)
             return
         method = getattr(message, "method", None)  # None: a response to one of our requests
         refusal = self._out_of_order(method) if method not in (None, T.EXIT) else None
@@ -71,16 +90,25 @@ class PerflspProtocol(LanguageServerProtocol):
                 self.initialize_received = True
             super().handle_message(message)
         elif isinstance(message, RPCRequest):
-            self._send_response(message.id, error=refusal.to_response_error())
+            self._send_error(message.id, refusal.to_response_error())
         else:
             log.debug("perflsp: dropped %s: %s", method, refusal.message)
 
+    def _send_error(self, msg_id: Optional[MsgId], error: T.ResponseError) -> None:
+        # Sent as a plain object: lsprotocol leaves a None id out, and JSON-RPC wants `"id": null`.
+        self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": self._converter.unstructure(error)})
+
     def _out_of_order(self, method: str) -> Optional[JsonRpcException]:
         """Why `method` may not run now, or None when it may."""
-        if not self.initialize_received and method != T.INITIALIZE:
+        if not self.initialize_received:
+            if method == T.INITIALIZE:
+                return None
             return JsonRpcServerNotInitialized(message=f"{method}: the server is not initialized yet")
         if self._shutdown:
             return JsonRpcInvalidRequest(message=f"{method}: the server is shutting down (only exit may follow)")
+        if method == T.INITIALIZE:
+            return JsonRpcInvalidRequest(message="initialize: the server is already initialized "
+                                                 "(LSP allows one initialize per session)")
         return None
 
     # --- document sync ----------------------------------------------------------------------------
@@ -124,8 +152,21 @@ class PerflspProtocol(LanguageServerProtocol):
 
 
 def _is_request(data: Dict[str, Any]) -> bool:
-    msg_id = data.get("id")
-    return "method" in data and isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool)
+    return "method" in data and "id" in data
+
+
+def _valid_id(msg_id: Any) -> bool:
+    """JSON-RPC ids are numbers or strings (LSP: integers or strings); a bool is neither."""
+    return isinstance(msg_id, (int, float, str)) and not isinstance(msg_id, bool)
+
+
+def _kind(value: Any) -> str:
+    """A JSON value as a message names it: `an array`, `an object`, or the value itself (`true`, `null`)."""
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return json.dumps(value)
 
 
 def _what_is_wrong(cause: Optional[BaseException]) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 
 EDITOR_ORIGIN = "editor settings"
 RUN_MODES = ("onType", "onSave")
@@ -62,7 +62,7 @@ def parse(raw: Any) -> EditorSettings:
     overrides: Dict[str, Any] = {}
     for key, value in raw.items():
         if key == "run":
-            if value in RUN_MODES:
+            if _one_of(value, RUN_MODES):
                 values["run"] = value
             else:
                 problems.append(f"{EDITOR_ORIGIN}: `run` must be one of {', '.join(RUN_MODES)}, got {value!r}")
@@ -72,7 +72,7 @@ def parse(raw: Any) -> EditorSettings:
             else:
                 problems.append(f"{EDITOR_ORIGIN}: `debounceMs` must be a number of milliseconds (0-10000), got {value!r}")
         elif key == "logLevel":
-            if value in LOG_LEVELS:
+            if _one_of(value, LOG_LEVELS):
                 values["log_level"] = value
             else:
                 problems.append(f"{EDITOR_ORIGIN}: `logLevel` must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
@@ -99,6 +99,11 @@ def parse(raw: Any) -> EditorSettings:
             overrides[_kebab(key)] = value
     return EditorSettings(overrides=tuple(sorted(overrides.items(), key=lambda kv: kv[0])),
                           problems=tuple(problems), **values)
+
+
+def _one_of(value: Any, names: Collection[str]) -> bool:
+    # A list or an object is no name, and is unhashable: `[] in LOG_LEVELS` raised TypeError.
+    return isinstance(value, str) and value in names
 
 
 def _parse_profile(profile: Mapping[str, Any], values: Dict[str, Any], problems: List[str]) -> None:

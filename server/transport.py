@@ -6,6 +6,11 @@ later message is misread too, and the server stays alive but deaf. Here a CRLF-t
 `Content-Length:` line starts a message wherever it appears: a JSON body can never hold one (JSON
 strings escape line breaks), so finding it inside a declared body proves that length wrong. A
 misframed message costs only itself, and the next one is read as usual.
+
+A body nested deeper than Python's JSON reader goes (its recursion limit, ~1,000 levels) raised
+RecursionError out of the read loop and ended the process. Such a body is read again shallowly, for
+its top-level `id` and `method` only: a request is answered with a parse error (-32700) that says
+how deep it is, anything else is logged and dropped.
 """
 from __future__ import annotations
 
@@ -14,11 +19,13 @@ import json
 import logging
 import re
 import sys
-from typing import Awaitable, Callable, List, Optional
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
-from pygls.exceptions import JsonRpcException
+from pygls.exceptions import JsonRpcException, JsonRpcParseError
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
+
+from perflsp.server.protocol import Refused
 
 log = logging.getLogger("perflsp.server")
 
@@ -26,6 +33,10 @@ CHUNK_BYTES = 65536
 _HEADER = re.compile(rb"Content-Length:[ \t]*(\d+)[ \t]*\r\n", re.IGNORECASE)
 _HEADERS_END = b"\r\n\r\n"
 _LONGEST_HEADER = 64  # bytes kept of a stretch without a header: one may be arriving in pieces
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[][{}]')  # a string, or a bracket outside strings
+_COLON = re.compile(r"\s*:\s*")
+_ENVELOPE = ("jsonrpc", "id", "method")
+_DECODER = json.JSONDecoder()
 
 
 class Framer:
@@ -107,10 +118,50 @@ def _dispatch(server: LanguageServer, body: bytes) -> None:
     except ValueError as exc:
         log.warning("perflsp: dropped a message that is not JSON (%s): %r", exc, body[:80])
         return
+    except RecursionError:
+        message = _too_deep(server, body.decode("utf-8"))  # json.loads decoded it before going that deep
+        if message is None:
+            return
     try:
         server.protocol.handle_message(message)
     except Exception:  # one bad message must not end the read loop: the server would go deaf
         log.exception("perflsp: handling a message failed")
+
+
+def _too_deep(server: LanguageServer, text: str) -> Optional[Refused]:
+    """The refusal of a request nested too deeply to read; None (logged) for any other message."""
+    envelope, depth = _shallow_read(text)
+    error = JsonRpcParseError(message=f"{envelope.get('method', 'a message')}: nested {depth} levels deep, deeper "
+                                      f"than Python's JSON reader goes (recursion limit {sys.getrecursionlimit()})")
+    refused = server.protocol.refusal(envelope, error)
+    if refused is None:
+        log.warning("perflsp: dropped a message: %s", error.message)
+    return refused
+
+
+def _shallow_read(text: str) -> Tuple[Dict[str, Any], int]:
+    """The top-level `jsonrpc`, `id` and `method` of a JSON object (their values are shallow; the
+    others are only stepped over), and how deep the text nests."""
+    members: Dict[str, Any] = {}
+    depth = deepest = 0
+    is_object = text.lstrip().startswith("{")
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in ("]", "}"):
+            depth -= 1
+        elif depth == 1 and is_object:
+            colon = _COLON.match(text, match.end())
+            name = json.loads(token)
+            if colon is not None and name in _ENVELOPE:
+                try:
+                    members[name] = _DECODER.raw_decode(text, colon.end())[0]
+                except (ValueError, RecursionError):  # not a member after all, or a deep id
+                    pass
+    return members, deepest
+
 
 
 def start_io(server: LanguageServer) -> None:

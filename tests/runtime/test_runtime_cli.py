@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -238,3 +239,112 @@ def test_kill_9_of_the_supervisor_takes_the_workers_children_and_a_later_run_swe
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert not [p.name for p in temp.iterdir() if p.name.startswith("perflsp-job-")]
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[1])
+
+
+def _start_profile(target: str, workspace, peaks_cache, env=None, prefix=()) -> subprocess.Popen:
+    environment = dict(os.environ, PERFLSP_CACHE_DIR=str(peaks_cache), **(env or {}))
+    return subprocess.Popen([*prefix, sys.executable, "-m", "perflsp.runtime", "profile", target, "--timeout", "120",
+                             "--workspace", str(workspace)], env=environment, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _failed_result(profile: subprocess.Popen, workspace, name: str) -> dict:
+    out, err = profile.communicate(timeout=120)
+    path = workspace / ".perflsp" / "profiles" / name
+    assert path.exists(), out + err
+    result = json.loads(path.read_text())
+    _validate(result)
+    return result
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the profiling processes through /proc")
+@pytest.mark.parametrize("victim, signum, message", [
+    ("reaper", signal.SIGKILL, "the profiling process was killed by SIGKILL during warm-up "
+                               "(by another process or the system's out-of-memory killer)"),
+    ("worker", signal.SIGKILL, "the profiling process was killed by SIGKILL during warm-up "
+                               "(by another process or the system's out-of-memory killer)"),
+    ("reaper", signal.SIGTERM, "the profiling process was stopped by SIGTERM from another process during "
+                               "warm-up; perflsp killed every process of the job"),
+], ids=["kill-9-reaper", "kill-9-worker", "sigterm-reaper"])
+def test_a_profiling_process_killed_from_outside_is_not_blamed_on_memory(peaks_cache, targets_dir, tmp_path,
+                                                                          victim, signum, message):
+    # Nothing says the out-of-memory killer sent that SIGKILL: the cgroup's OOM kill count did not move.
+    # (A killed worker made the reaper fail on `signal(SIGKILL, ...)`: "exited with status 1"; a
+    # stopped reaper left before the worker's threads were gone: "status 0".)
+    pidfile = tmp_path / "grandchild.pid"
+    profile = _start_profile(f"{targets_dir / 'faults.py'}:hangs_in_c", tmp_path, peaks_cache,
+                             env={"PERFLSP_TEST_PIDFILE": str(pidfile)})
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        grandchild = int(pidfile.read_text())
+        worker = _parent(grandchild)
+        os.kill(worker if victim == "worker" else _parent(worker), signum)
+        result = _failed_result(profile, tmp_path, "faults.hangs_in_c.json")
+    finally:
+        profile.kill()
+        profile.wait()
+    assert profile.returncode == 3
+    assert (result["error"]["kind"], result["error"]["message"]) == ("crash", message)
+    assert _all_dead([grandchild])
+
+
+def _small_memory_cgroup(limit_bytes: int):
+    """A new memory cgroup under ours limited to `limit_bytes` (its folder), or None where this
+    process may not make one (not root, no writable memory controller)."""
+    with open("/proc/self/cgroup", encoding="utf-8") as handle:
+        memberships = [line.rstrip("\n").split(":", 2) for line in handle]
+    for _, controllers, path in memberships:
+        if "memory" in controllers.split(","):
+            base, limit_file = Path(f"/sys/fs/cgroup/memory{path}"), "memory.limit_in_bytes"
+        elif not controllers:
+            base, limit_file = Path(f"/sys/fs/cgroup{path}"), "memory.max"
+        else:
+            continue
+        folder = base / f"perflsp-test-{os.getpid()}"
+        try:
+            folder.mkdir()
+        except OSError:
+            continue
+        try:
+            (folder / limit_file).write_text(str(limit_bytes))
+            return folder
+        except OSError:
+            folder.rmdir()
+    return None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="memory cgroups are Linux's")
+def test_a_profiling_process_the_oom_killer_ended_is_out_of_memory(peaks_cache, targets_dir, tmp_path):
+    cgroup = _small_memory_cgroup(1 << 30)
+    if cgroup is None:
+        pytest.skip("cannot make a memory cgroup here (needs root and a writable memory controller)")
+    try:
+        # The profile runs in the cgroup from its first instruction: its children are born there.
+        profile = _start_profile(f"{targets_dir / 'faults.py'}:fills_memory", tmp_path, peaks_cache,
+                                 prefix=["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(cgroup)])
+        try:
+            result = _failed_result(profile, tmp_path, "faults.fills_memory.json")
+        finally:
+            profile.kill()
+            profile.wait()
+    finally:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                cgroup.rmdir()
+                break
+            except OSError:  # its last processes are still exiting
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+    assert profile.returncode == 5
+    assert (result["error"]["kind"], result["error"]["message"]) == (
+        "out-of-memory", "the profiling process was killed by the system's out-of-memory killer during warm-up "
+                         "(the OOM kill count of its memory cgroup rose by 1)")

@@ -109,3 +109,21 @@ async def test_each_root_of_a_multi_root_workspace_has_its_own_config(start):
     # In lib the editor's `ignore` replaces the project's (as `--ignore` does on the command line).
     assert codes(await session.diagnostics(lib, where=lambda ds: "PFL106" not in codes(ds))) == ["PFL101", "PFL303"]
     assert codes(session.published(app)[-1].diagnostics) == ["PFL106", "PFL303"]  # app: no editor setting
+
+
+@pytest.mark.parametrize("where", ["initializationOptions", "didChangeConfiguration"])
+async def test_a_setting_of_the_wrong_type_is_reported_and_its_default_used(start, where):
+    # `[] in LOG_LEVELS` raised TypeError (unhashable): initialize failed with a traceback.
+    init = {"settings": {"logLevel": []}} if where == "initializationOptions" else None
+    session = await start(NEOVIM, init_options=init)
+    if where == "didChangeConfiguration":
+        session.client.workspace_did_change_configuration(T.DidChangeConfigurationParams(
+            settings={"perflsp": {"logLevel": []}}))
+    problem = "perflsp: editor settings: `logLevel` must be one of off, error, warning, info, debug, got []"
+    deadline = asyncio.get_running_loop().time() + 10
+    while problem + " (its default is used)" not in [m.message for m in session.client.messages]:
+        assert asyncio.get_running_loop().time() < deadline, [m.message for m in session.client.messages]
+        await asyncio.sleep(0.02)
+    uri = session.open("train.py", TRAIN)
+    assert codes(await session.diagnostics(uri, version=1)) == ["PFL101", "PFL106", "PFL303"]
+    assert "Traceback" not in session.log_text() and "TypeError" not in session.log_text()

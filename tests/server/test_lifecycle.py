@@ -10,6 +10,7 @@ import time
 
 import pytest
 from lsprotocol import types as T
+from pygls.exceptions import JsonRpcInvalidRequest
 
 from tests.server.conftest import NEOVIM, SERVER, TRAIN, VSCODE
 
@@ -125,3 +126,17 @@ async def test_the_garbage_collector_is_off_during_start_up_only(start):
     while "start-up over: the garbage collector is on" not in session.log_text():
         assert time.monotonic() < deadline, session.log_text()
         await asyncio.sleep(0.02)
+
+
+async def test_a_second_initialize_is_refused_and_the_session_goes_on(start):
+    # pygls would start a new workspace, forgetting the open documents: their diagnostics stopped.
+    session = await start(NEOVIM)
+    uri = session.open("train.py", TRAIN)
+    await session.diagnostics(uri, version=1, where=lambda ds: len(ds) == 3)
+    with pytest.raises(JsonRpcInvalidRequest, match=r"^initialize: the server is already initialized "
+                                                    r"\(LSP allows one initialize per session\)$"):
+        await session.client.initialize_async(T.InitializeParams(capabilities=T.ClientCapabilities(),
+                                                                 root_uri=session.root.as_uri()))
+    version = session.edit(uri, (6, 0), (7, 0), "")  # `print(loss.item())` goes, and its PFL101 with it
+    diagnostics = await session.diagnostics(uri, version=version)
+    assert sorted(d.code for d in diagnostics) == ["PFL106", "PFL303"]

@@ -46,7 +46,11 @@ class RawClient:
 
     def send(self, payload: Dict[str, Any], length_error: int = 0) -> None:
         """Send one message, its Content-Length off by `length_error` bytes."""
-        body = json.dumps(payload).encode()
+        self.send_body(json.dumps(payload), length_error)
+
+    def send_body(self, text: str, length_error: int = 0) -> None:
+        """Send a body as written (json.dumps cannot write what is too deep for it)."""
+        body = text.encode()
         self.send_bytes(b"Content-Length: %d\r\n\r\n%s" % (len(body) + length_error, body))
 
     def request(self, msg_id: int, method: str, params: Any = None, length_error: int = 0) -> None:
@@ -55,7 +59,7 @@ class RawClient:
     def notify(self, method: str, params: Any = None) -> None:
         self.send({"jsonrpc": "2.0", "method": method, "params": params})
 
-    def reply(self, msg_id: int, timeout: float = 10.0) -> Optional[Dict[str, Any]]:
+    def reply(self, msg_id: Optional[int], timeout: float = 10.0) -> Optional[Dict[str, Any]]:
         """The response to request `msg_id`, or None when none came in time."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -144,3 +148,43 @@ def test_a_wrong_content_length_costs_at_most_its_own_message(raw, tmp_path, len
         assert raw.reply(2) == {"jsonrpc": "2.0", "id": 2, "result": None}
     raw.request(4, "textDocument/hover", HOVER)
     assert raw.reply(4) == {"jsonrpc": "2.0", "id": 4, "result": None}
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def test_a_message_nested_too_deeply_to_read_is_answered_if_a_request_and_the_server_goes_on(raw, tmp_path):
+    # Python's JSON reader stops at its recursion limit (1,000 levels): that used to end the process.
+    raw.initialize(tmp_path)
+    too_deep = "nested 1001 levels deep, deeper than Python's JSON reader goes (recursion limit 1000)"
+    raw.send_body('{"jsonrpc": "2.0", "id": 2, "method": "textDocument/hover", "params": %s}' % _nested(1000))
+    assert raw.reply(2) == {"jsonrpc": "2.0", "id": 2,
+                            "error": {"code": -32700, "message": f"textDocument/hover: {too_deep}"}}
+    raw.send_body('{"jsonrpc": "2.0", "method": "workspace/didChangeConfiguration", "params": %s}' % _nested(1000))
+    raw.send_body(_nested(1000))
+    raw.request(3, "textDocument/hover", HOVER)
+    assert raw.reply(3) == {"jsonrpc": "2.0", "id": 3, "result": None}
+    logged = [m["params"]["message"] for m in raw.notifications("window/logMessage")]
+    assert f"perflsp: dropped a message: workspace/didChangeConfiguration: {too_deep}" in logged
+    assert ("perflsp: dropped a message: a message: nested 1000 levels deep, deeper than Python's JSON reader "
+            "goes (recursion limit 1000)") in logged
+    assert raw.process.poll() is None
+
+
+@pytest.mark.parametrize("bad_id, named", [([1], "an array"), ({}, "an object"), (True, "true"), (None, "null")],
+                         ids=["array", "object", "bool", "null"])
+def test_a_request_with_an_invalid_id_is_an_invalid_request_answered_with_a_null_id(raw, tmp_path, bad_id, named):
+    raw.initialize(tmp_path)
+    raw.send({"jsonrpc": "2.0", "id": bad_id, "method": "textDocument/hover", "params": HOVER})
+    assert raw.reply(None) == {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32600, "message": f"textDocument/hover: a request's id must be a number or a string, not {named}"}}
+
+
+def test_shutdown_with_a_bool_id_does_not_shut_the_server_down(raw, tmp_path):
+    raw.initialize(tmp_path)
+    raw.send({"jsonrpc": "2.0", "id": True, "method": "shutdown"})
+    assert raw.reply(None)["error"] == {"code": -32600,
+                                        "message": "shutdown: a request's id must be a number or a string, not true"}
+    raw.request(3, "textDocument/hover", HOVER)
+    assert raw.reply(3) == {"jsonrpc": "2.0", "id": 3, "result": None}  # not "shutting down"

@@ -62,3 +62,11 @@ def leaves_session_children(x):
 def hangs_with_session_children(x):
     _spawn_sessions(3)
     ctypes.CDLL(None).sleep(600)
+
+
+@perflsp.profile(setup=one_tensor)
+def fills_memory(x):
+    # Meant for a memory cgroup with a small limit (test_runtime_cli.py), whose OOM killer ends it:
+    # it stops at 4 GiB where the test could not set one up.
+    kept = [torch.ones(2 ** 25) for _ in range(32)]  # 128 MiB each, written
+    return x + len(kept)
