@@ -11,6 +11,7 @@ import json
 import multiprocessing
 import os
 import subprocess
+import sys
 import textwrap
 import time
 
@@ -361,3 +362,33 @@ def test_a_file_that_declares_an_unknown_encoding_is_skipped_with_a_message(perf
     result = perflsp_cli("check", ".", "--output-format", "json", "--no-cache")
     assert [f["code"] for f in _findings(result)] == ["PFL101"]
     assert result.stderr == "perflsp: odd.py: skipped: unknown encoding: klingon\n"
+
+
+def test_a_nul_character_is_a_syntax_error_where_it_is(perflsp_cli, tmp_path):
+    (tmp_path / "nul.py").write_text(LOOP_ITEM.replace("loss = model(x)", 'tag = "a\0b"; loss = model(x)'))
+    [finding] = _findings(perflsp_cli("check", "nul.py", "--output-format", "json", "--no-cache"))
+    assert finding["code"] == "PFL000" and finding["location"] == {"row": 5, "column": 17}
+    assert finding["message"] == "SyntaxError: source code cannot contain null bytes"
+
+
+NEWER_SYNTAX = {
+    "alias.py": ("type Batch = list[int]\n", {"row": 2, "column": 6}, "invalid syntax"),
+    "generic.py": ("def first[T](xs: list[T]) -> T:\n    return xs[0]\n", {"row": 2, "column": 10}, "expected '('"),
+    "fstring.py": ("name = f\"{ {'k': 1}[\"k\"] }\"\n", {"row": 2, "column": 22}, "f-string: unmatched '['"),
+}
+
+
+def test_python_3_12_syntax_is_checked_under_3_12_and_one_pfl000_naming_the_python_under_3_11(perflsp_cli, tmp_path):
+    for name, (code, _, _) in NEWER_SYNTAX.items():
+        (tmp_path / name).write_text(LOOP_ITEM.replace("\n\ndef train", f"\n{code}\ndef train"))
+    found = _by_file(_findings(perflsp_cli("check", ".", "--output-format", "json", "--no-cache")))
+    assert sorted(found) == sorted(NEWER_SYNTAX)
+    for name, (_, location, error) in NEWER_SYNTAX.items():
+        if sys.version_info >= (3, 12):  # the syntax of the Python perflsp runs under: checked as any file
+            assert [f["code"] for f in found[name]] == ["PFL101"]
+            continue
+        [finding] = found[name]
+        assert finding["code"] == "PFL000" and finding["location"] == location, finding
+        assert finding["message"] == (f"SyntaxError: {error}, in Python 3.{sys.version_info.minor}, which perflsp "
+                                      "runs under: perflsp did not check this file (if it is a newer Python's "
+                                      "syntax, run perflsp under that Python)")
