@@ -24,6 +24,13 @@ def _codes(value: str) -> List[str]:
     return [c.strip().upper() for c in value.split(",") if c.strip()]
 
 
+def _jobs(value: str) -> int:
+    jobs = int(value)
+    if jobs < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (one per core) or more, got {value}")
+    return jobs
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perflsp", description="A performance linter for PyTorch.")
     parser.add_argument("--version", action="version", version=f"perflsp {__version__}")
@@ -49,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--add-noqa", action="store_true", help="add `# noqa: CODE` to every line with a finding")
     check.add_argument("--no-cache", action="store_true", help="do not read or write .perflsp_cache")
     check.add_argument("--cache-dir", default=".perflsp_cache", help="cache folder (default: .perflsp_cache)")
-    check.add_argument("--jobs", "-j", type=int, default=0, help="worker processes (default: one per core)")
+    check.add_argument("--jobs", "-j", type=_jobs, default=0, help="worker processes (default: one per core)")
     check.add_argument("--force-exclude", action="store_true", help="apply `exclude` to files named on the command line too")
     check.add_argument("--stdin-filename", help="the name of the file read from stdin (for config and output)")
     check.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
@@ -189,14 +196,21 @@ def _check_stdin(args: argparse.Namespace, overrides: Dict[str, Any]) -> int:
     registry.validate(settings)
     if not args.quiet:
         _warn_about_preview({settings})
-    text = sys.stdin.read()
+    try:
+        text, encoding = runner.decode_source(sys.stdin.buffer.read())
+        if args.fix:
+            new, _, remaining = fix_text(text, name, settings, unsafe=args.unsafe_fixes)
+        else:
+            findings = runner.check_text(text, name, settings)
+    except ValueError as exc:  # not text Python reads, or (named .ipynb) not a notebook
+        print(f"perflsp: error: {name}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if args.fix:
-        new, _, remaining = fix_text(text, name, settings, unsafe=args.unsafe_fixes)
-        sys.stdout.write(new)  # Ruff's convention: fixed source on stdout, findings on stderr
+        # Ruff's convention: the fixed source on stdout, in the encoding it came in; findings on stderr.
+        sys.stdout.buffer.write(new.encode(encoding))
         if remaining:
             print(render(remaining, "concise"), file=sys.stderr)
         return EXIT_FINDINGS if remaining and not args.exit_zero else EXIT_CLEAN
-    findings = runner.check_text(text, name, settings)
     print(render(findings, args.output_format, statistics=args.statistics, sources={name: text}), end="")
     return EXIT_FINDINGS if findings and not args.exit_zero else EXIT_CLEAN
 

@@ -235,6 +235,10 @@ def _read_toml(path: Path) -> Dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib reads each nested array or inline table by a call of its own
+        raise ConfigError(f"{path}: not valid TOML: nested too deeply to read") from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def config_file_for(directory: Path) -> Optional[Path]:

@@ -66,7 +66,7 @@ def load(path: Path, inside: Path) -> History:
 def _read(path: Path) -> History:
     try:
         text = read_regular(path, MAX_RESULT_BYTES).decode("utf-8")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # none yet, or a file where one of its folders goes
         return History(path)
     except (OSError, ValueError) as exc:  # NotRegularFile and UnicodeDecodeError included
         return _set_aside(path, f"cannot be read ({exc})")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Optional
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
@@ -60,6 +61,29 @@ def ensure_inside(path: os.PathLike | str, folder: os.PathLike | str) -> None:
     real = os.path.realpath(path)
     if real != real_folder and not real.startswith(real_folder.rstrip(os.sep) + os.sep):
         raise LeavesFolder(f"a symbolic link leads {path} out of {folder}, to {real}")
+
+
+def write_blocker(path: os.PathLike | str) -> Optional[str]:
+    """What stands where a file is to be written at `path` (its folders made as needed), as far as
+    can be told without writing: a folder in its place, a file in the place of one of its folders,
+    a folder without write permission. None: nothing."""
+    target = Path(path)
+    if target.is_dir():
+        return f"{target} is a folder"
+    for folder in target.parents:
+        if folder.is_dir():
+            return None if os.access(folder, os.W_OK) else f"no permission to write in {folder}"
+        if os.path.lexists(folder):
+            return f"{folder} is not a folder"
+    return None
+
+
+def write_problem(path: os.PathLike | str, exc: OSError) -> str:
+    """Why writing `path` failed, for a message: a symbolic link out of its folder says so itself;
+    else what stands in the way (`write_blocker`), if anything does, else the error."""
+    if isinstance(exc, LeavesFolder):
+        return str(exc)
+    return write_blocker(path) or exc.strerror or str(exc)
 
 
 def create_exclusive(path: Path, text: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
@@ -56,15 +57,23 @@ def check_source(source: str, path: str, settings: Settings,
         return [not_analysed(path, too_deep.row, too_deep.column, too_deep.message)]
     label = line_label or (lambda row: f"line {row}")
     hot = HotMap(facts, source_lines(source), label) if facts else HotMap.for_source(source, path, settings, label)
+    # Before any shortcut: the editor (which always parses) and `perflsp check` must say the same.
+    misread = limits.misread_continuation(source) if _python_parsed(hot) else None
+    if misread is not None:
+        return [not_analysed(path, misread.row, misread.column, misread.message)]
     enabled = enabled_rules(settings, path)
     # A rule that reports only per-step code has nothing to report in a file with none.
     rules = [rule for rule in [*enabled, *outranking_rules(settings, path)] if _may_report(rule, hot, settings)]
-    if not rules and reparser is None and _parsed(facts):
+    if not rules and reparser is None and _python_parsed(hot):
         # Most files with the default rules: Python's own parser accepted the text (for the
         # summary), so nothing is left to report and libcst need not parse it.
         return []
     try:
         module = reparser.parse(source, hot.statement_rows) if reparser is not None else cst.parse_module(source)
+        if not _python_parsed(hot):
+            # What runs per step is known from Python's own parser: without it, checking would be
+            # silence that looks like a clean file.
+            return [_refused_by_python(source, path)]
         return _check_module(module, reparser, source, path, settings, label, hot, enabled, rules)
     except PARSE_ERRORS as exc:
         return [_syntax_error(source, path, exc)]
@@ -90,9 +99,9 @@ def _shallow(facts: Optional[Dict[str, Any]]) -> bool:
     return depth is not None and depth <= min(limits.MAX_BRACKETS, limits.MAX_CHAIN)
 
 
-def _parsed(facts: Optional[Dict[str, Any]]) -> bool:
-    """The summary's `ast` parse accepted the text (its depth is known only then)."""
-    return bool(facts) and facts["summary"].get("depth") is not None  # type: ignore[index]
+def _python_parsed(hot: HotMap) -> bool:
+    """The summary's `ast` parse accepted the text (the statements' rows are known only then)."""
+    return hot.statement_rows is not None
 
 
 def _check_module(module: cst.Module, reparser: "Optional[Reparser]", source: str, path: str, settings: Settings,
@@ -174,6 +183,26 @@ def _syntax_error(source: str, path: str, exc: Exception) -> Finding:
     if isinstance(exc, cst.ParserSyntaxError):
         return syntax_error(path, exc.raw_line, exc.raw_column, _POSITION_IN_MESSAGE.sub("", exc.message))
     return syntax_error(path, 1, 0, str(exc))
+
+
+def _refused_by_python(source: str, path: str) -> Finding:
+    """PFL000 for a text libcst parses and Python's own parser refuses: a NUL character (no Python
+    reads one), or the syntax of a newer Python than the one perflsp runs under (`type X = int` on
+    3.11), which the message names."""
+    nul = source.find("\0")
+    if nul >= 0:  # Python's error has no position: the character's
+        rows = source_lines(source[:nul])
+        return syntax_error(path, len(rows), len(rows[-1]), "source code cannot contain null bytes")
+    python = f"Python {sys.version_info.major}.{sys.version_info.minor}, which perflsp runs under"
+    try:
+        ast.parse(source)
+    except SyntaxError as exc:
+        return syntax_error(path, exc.lineno or 1, max((exc.offset or 1) - 1, 0),
+                            f"{exc.msg}, in {python}: perflsp did not check this file (if it is a newer Python's "
+                            "syntax, run perflsp under that Python)")
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    return not_analysed(path, 1, 0, f"{python}, cannot parse this file: perflsp did not check it")
 
 
 def _finding(ctx: ModuleContext, rule: Rule, report: Report, reason: Optional[Hot], path: str,

@@ -12,15 +12,22 @@ Real code is nowhere near: over the 11,586 Python files of 28 PyTorch projects, 
 module, the most brackets open at once is 10 and the deepest chain 50 (kornia's unrolled 3x3
 non-maximum suppression, `(ct > x[...]) & (ct > x[...]) & ...`). A file past the limits below is
 not parsed: the engine reports PFL000 where it goes past.
+
+One construct libcst misreads at any size: a row holding nothing but a line continuation (`\\`)
+before a statement. Python joins it to the statement's row; libcst leaves the row out of its tree
+(the tree's code is a row shorter than the file, so every position below it is off) and inside a
+block can nest the statement elsewhere than Python does. Such a file is not parsed either.
 """
 from __future__ import annotations
 
 import keyword
+import re
 import tokenize
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
-from perflsp.rules.lines import tokens
+from perflsp.rules.lines import row_starts, tokens
 
 MAX_BRACKETS = 100  # open at once: ten times real code, half of what CPython itself accepts
 MAX_CHAIN = 200  # levels of operators, attributes, calls and subscripts in one expression: four times real code
@@ -32,6 +39,8 @@ _KEYWORD_OPERATORS = frozenset({"not", "and", "or", "if", "else", "lambda", "awa
 _NOT_CHAINING = frozenset({",", ";", ":", "=", "->", ":=", "...", "!", "+=", "-=", "*=", "/=", "//=", "%=",
                            "@=", "&=", "|=", "^=", ">>=", "<<=", "**="})
 _OPEN, _CLOSE = "([{", ")]}"
+_CONTINUATION = re.compile(r"\\(?:\r\n|\r|\n)")
+_CODE_AHEAD = re.compile(r"[ \t\f]*[^ \t\f\r\n#\\]")
 _SKIPPED = frozenset({tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT})
 
 
@@ -57,6 +66,47 @@ def excess(source: str) -> Optional[Excess]:
     except (tokenize.TokenError, SyntaxError):
         pass
     return None
+
+
+def misread_continuation(source: str) -> Optional[Excess]:
+    """The first row that holds only a line continuation and runs into a statement (libcst misreads
+    it, see above), if any."""
+    candidates = [match.start() for match in _CONTINUATION.finditer(source) if _alone_before_code(source, match)]
+    if not candidates:
+        return None
+    statements, row_offsets = _statement_rows(source), row_starts(source)
+    for offset in candidates:
+        row = bisect_right(row_offsets, offset)
+        if statements is None or row + 1 in statements:
+            return Excess(row, offset - row_offsets[row - 1], "a backslash alone on its row continues into the next "
+                                                              "statement, which perflsp's parser misreads; perflsp "
+                                                              "skipped this file")
+    return None
+
+
+def _alone_before_code(source: str, match: "re.Match[str]") -> bool:
+    """Only blanks stand before the backslash on its row, and code (not a blank row, a comment or
+    another backslash) follows on the next."""
+    at = match.start()
+    while at > 0 and source[at - 1] in " \t\f":
+        at -= 1
+    return (at == 0 or source[at - 1] in "\r\n") and _CODE_AHEAD.match(source, match.end()) is not None
+
+
+def _statement_rows(source: str) -> Optional[set]:
+    """The rows where statements (and clauses: `else:`, decorators) start, by their first token;
+    None when the tokenizer cannot follow the text."""
+    rows, at_start = set(), True
+    try:
+        for token in tokens(source):
+            if token.type == tokenize.NEWLINE:
+                at_start = True
+            elif token.type not in _SKIPPED and token.type != tokenize.ENDMARKER and at_start:
+                rows.add(token.start[0])
+                at_start = False
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return rows
 
 
 class _Frame:

@@ -50,10 +50,11 @@ def changed_rows(old: str, new: str) -> Optional[Change]:
     same = _common_prefix(old, new)
     tail = _common_suffix(old, new, min(len(old), len(new)) - same)
     old_starts, new_starts = row_starts(old), row_starts(new)
-    # One character back on each side: a \r\n split by the edit ends a row in one text only.
+    # One character further on each side: a \r\n split by the edit ends a row in one text only, and
+    # a line break the edit removed joins the row after it (at the end of the text, the empty row
+    # after the last break: an edit there changes the last rows, not the rows of the code above).
     first = bisect_right(new_starts, max(same - 1, 0))
-    last_char = min(max(len(old) - tail - 1 + (1 if tail else 0), 0), max(len(old) - 1, 0))
-    old_last = max(bisect_right(old_starts, last_char), first)
+    old_last = max(bisect_right(old_starts, len(old) - tail), first)
     return Change(first, old_last, len(new_starts) - len(old_starts), new_starts)
 
 

@@ -40,6 +40,8 @@ def read_cells(text: str) -> List[Optional[str]]:
         data = json.loads(text)
     except ValueError as exc:
         raise NotebookError(f"not a Jupyter notebook: {exc}") from None
+    except RecursionError:  # the decoder descends one call per nested array or object
+        raise NotebookError("not a Jupyter notebook: its JSON is nested too deeply to read") from None
     cells = data.get("cells") if isinstance(data, dict) else None
     if not isinstance(cells, list):
         raise NotebookError("not a Jupyter notebook: no list of cells")

@@ -355,10 +355,13 @@ class Project:
             hops = hops[:_MAX_CHAIN - 1] + ["…"]
         return ", ".join([*hops, tail]) if hops else tail
 
-    def _call_row(self, key: str, module: str) -> Optional[int]:
-        """The row of the call in `module` that makes `key` per step: what an editor points at."""
+    def _call_row(self, key: str, module: str, calls: Set[Tuple[str, int]]) -> Optional[int]:
+        """The row of the call in `module` that makes `key` per step: what an editor points at. None
+        when the file's text now makes no call there (`calls`: its summary's (caller, row) pairs):
+        the graph can be a build behind it, since the language server builds again for rows that
+        moved only once typing pauses."""
         how = self.status[key][1]
-        if how[0] in ("called", "step-loop") and self._module_of(how[1]) == module:
+        if how[0] in ("called", "step-loop") and self._module_of(how[1]) == module and (how[1], how[2]) in calls:
             return how[2]
         return None
 
@@ -368,6 +371,7 @@ class Project:
         if module in self.ambiguous:
             return None
         functions: Dict[str, List[str]] = {}
+        calls = {(call[0], call[2]) for call in summary["calls"]}
         for function in summary["functions"]:
             key = function["key"]
             state = self.status.get(key)
@@ -375,8 +379,8 @@ class Project:
                 continue
             if state[0] == STEP:
                 # direct: an entry point itself (or measured), not a function reached through calls
-                functions[key] = [STEP, self.explain(key, label) or "runs on every step", self._call_row(key, module),
-                                  state[1][0] == "entry"]
+                functions[key] = [STEP, self.explain(key, label) or "runs on every step",
+                                  self._call_row(key, module, calls), state[1][0] == "entry"]
             else:
                 functions[key] = [COLD, state[1]]
         return {"summary": summary, "functions": functions}

@@ -6,10 +6,10 @@ re-checking an unchanged tree costs little more than starting Python.
 """
 from __future__ import annotations
 
-import codecs
 import errno
 import functools
 import hashlib
+import io
 import json
 import logging
 import multiprocessing
@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import tokenize
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, 
 import perflsp
 from perflsp.config import Settings, settings_for
 from perflsp.findings import Finding
-from perflsp.safe_files import create_exclusive, ensure_inside, read_regular
+from perflsp.safe_files import create_exclusive, ensure_inside, read_regular, write_problem
 
 if TYPE_CHECKING:
     from perflsp.rules.reparse import Reparser
@@ -158,21 +159,46 @@ def check_text(text: str, path: str, settings: Settings, facts: Optional[Dict[st
 
 
 def read_text(path: Path) -> str:
-    """A source file's text; ValueError ("skipped: ...") for what is not a regular UTF-8 file under
-    the size cap (a link to /dev/zero, a FIFO, generated code)."""
-    data = read_regular(path, MAX_FILE_BYTES)
+    """A source file's text; ValueError ("skipped: ...") for what is not a regular file under the
+    size cap (a link to /dev/zero, a FIFO, generated code) or not text Python can read."""
     try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"skipped: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        return decode_source(read_regular(path, MAX_FILE_BYTES))[0]
+    except NotText as exc:
+        raise ValueError(f"skipped: {exc}") from None
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write `text` over `path` as UTF-8 with its line breaks as they are, keeping the byte order
-    mark the file starts with (`read_text` leaves it out of the text)."""
+    """Write `text` over `path` with its line breaks as they are, in the encoding the file is in
+    (`decode_source`): a latin-1 file stays latin-1, a byte order mark stays."""
     with path.open("rb") as fh:
-        bom = fh.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8
-    path.write_bytes((codecs.BOM_UTF8 if bom else b"") + text.encode("utf-8"))
+        encoding = tokenize.detect_encoding(fh.readline)[0]
+    path.write_bytes(text.encode(encoding))
+
+
+class NotText(ValueError):
+    """Bytes Python would not read as source: the message says why."""
+
+
+def decode_source(data: bytes) -> Tuple[str, str]:
+    """(text, encoding) of a source file's bytes, read as Python reads them: a UTF-8 byte order mark
+    (left out of the text) or a PEP 263 declaration (`# -*- coding: latin-1 -*-`), else UTF-8.
+    Raises NotText for bytes that are not text in that encoding, or an unknown declared one."""
+    try:
+        encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+    except SyntaxError as exc:  # an unknown codec, a BOM that contradicts the declaration, or no UTF-8 in the first rows
+        _decode(data, "utf-8")  # names the first byte that is not UTF-8, when that is the problem
+        raise NotText(exc.msg) from None
+    return _decode(data, encoding), encoding
+
+
+def _decode(data: bytes, encoding: str) -> str:
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        name = "UTF-8" if encoding.startswith("utf-8") else encoding
+        raise NotText(f"not {name} text ({exc.reason} at byte {exc.start})") from None
+    except LookupError:  # `# coding: hex`: a codec, but not of text
+        raise NotText(f"declares {encoding}, which is not a text encoding") from None
 
 
 def _summarize_one(path: str) -> Tuple[str, Optional[str], Optional[Dict[str, Any]], Optional[str]]:
@@ -288,7 +314,7 @@ class Cache:
         try:
             self._write()
         except OSError as exc:
-            self._warn_once(f"{self.file}: the cache could not be written ({exc.strerror or exc})")
+            self._warn_once(f"{self.file}: the cache could not be written ({write_problem(self.file, exc)})")
 
     def _write(self) -> None:
         # A cache folder committed as a symbolic link must not make perflsp write outside the

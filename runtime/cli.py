@@ -12,11 +12,11 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from perflsp.profile_result import (EXIT_GRAPH_BREAKS, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, exit_code_for,
                                     result_path, write_json_atomic)
-from perflsp.safe_files import LeavesFolder, ensure_inside
+from perflsp.safe_files import ensure_inside, write_blocker, write_problem
 
 DEFAULT_PEAKS_TIMEOUT_S = 300.0
 DEFAULT_PEAKS_BUDGET_S = 6.0  # perflsp.runtime.peaks.DEFAULT_BUDGET_S (not imported: it needs no torch here)
@@ -151,7 +151,8 @@ def profile_command(args: argparse.Namespace) -> int:
     cwd = Path(args.cwd).resolve() if args.cwd else Path.cwd()
     if not cwd.is_dir():
         return _error(f"--cwd: no such folder: {cwd}")
-    problem = _plot_problem(args.plot) if args.plot else None
+    problem = (_output_problem("--json", args.json) or _output_problem("--plot", args.plot)
+               or (_plot_problem(args.plot) if args.plot else None))
     if problem is not None:  # say so now, not after the whole measurement
         return _error(problem)
     try:
@@ -244,10 +245,12 @@ def _finish_graph_breaks(args: argparse.Namespace, target: Dict[str, Any], block
     """`--graph-breaks`: the breaks only (JSON: `{"target": ..., "compile": ...}`), nothing saved."""
     from perflsp.runtime import report
 
-    if args.json and args.json != "-":
-        write_json_atomic(args.json, {"target": target, "compile": block})
+    document = {"target": target, "compile": block}
+    if args.json and args.json != "-" and not _write_output(
+            "--json", args.json, lambda: write_json_atomic(args.json, document)):
+        return EXIT_USAGE
     if args.json == "-":
-        print(json.dumps({"target": target, "compile": block}, indent=2))
+        print(json.dumps(document, indent=2))
     else:
         sys.stdout.write(report.render_graph_breaks(target, block))
     sys.stdout.flush()
@@ -273,12 +276,30 @@ def _publish_hot(args: argparse.Namespace, document: Optional[Dict[str, Any]], w
         return
     try:
         written = write_json_atomic(hot_path(workspace), document, inside=workspace)
-    except LeavesFolder as exc:
-        print(f"perflsp: warning: the recorded run is not saved: {exc}", file=sys.stderr)
+    except OSError as exc:
+        print(f"perflsp: warning: the recorded run is not saved: {write_problem(hot_path(workspace), exc)}",
+              file=sys.stderr)
         return
     if args.json != "-":
         print(report.hot_row(document, str(written)))
         sys.stdout.flush()
+
+
+def _output_problem(option: str, path: Optional[str]) -> Optional[str]:
+    """Why the file `option` names could not be written (None: it can, or there is none)."""
+    blocker = write_blocker(path) if path and path != "-" else None
+    return f"{option} {path}: cannot write there: {blocker}" if blocker else None
+
+
+def _write_output(option: str, path: str, write: Callable[[], Any]) -> bool:
+    """Write the file `option` names; False, with one line saying why, when that fails (the place
+    was checked before measuring, but can change while the measurement runs)."""
+    try:
+        write()
+    except OSError as exc:
+        print(f"perflsp: {option} {path}: cannot write there: {write_problem(path, exc)}", file=sys.stderr)
+        return False
+    return True
 
 
 def _plot_problem(path: str) -> Optional[str]:
@@ -343,13 +364,15 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
     code = EXIT_OK if result["status"] == "ok" else exit_code_for(error["kind"])
     written: Optional[Path] = None
     if result["status"] == "ok" or error["kind"] in PUBLISHED_ERRORS:
+        path = result_path(workspace, result["target"]["module"], result["target"]["qualname"])
         try:
-            written = _publish(result, result_path(workspace, result["target"]["module"], result["target"]["qualname"]),
-                               workspace)
-        except LeavesFolder as exc:
-            print(f"perflsp: warning: the result is not saved in the workspace: {exc}", file=sys.stderr)
+            written = _publish(result, path, workspace)
+        except OSError as exc:  # the measurement still counts: printed, and in --json
+            print(f"perflsp: warning: the result is not saved in the workspace: {write_problem(path, exc)}",
+                  file=sys.stderr)
+    outputs_written = True
     if args.json and args.json != "-":
-        write_json_atomic(args.json, result)
+        outputs_written = _write_output("--json", args.json, lambda: write_json_atomic(args.json, result))
     if args.json == "-":
         print(json.dumps(result, indent=2))
     else:
@@ -360,11 +383,13 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
         else:
             from perflsp.runtime import plot
 
-            plot.write(result, args.plot)
-            if args.json != "-":
-                print(f"{'plot':<10} {args.plot}")
+            if _write_output("--plot", args.plot, lambda: plot.write(result, args.plot)):
+                if args.json != "-":
+                    print(f"{'plot':<10} {args.plot}")
+            else:
+                outputs_written = False
     sys.stdout.flush()
-    return code
+    return code if outputs_written else EXIT_USAGE
 
 
 def _publish(result: Dict[str, Any], path: Path, workspace: Path) -> Path:
@@ -397,6 +422,9 @@ def _publish(result: Dict[str, Any], path: Path, workspace: Path) -> Path:
 def peaks_command(args: argparse.Namespace) -> int:
     from perflsp.runtime import report, supervisor
 
+    problem = _output_problem("--json", args.json)
+    if problem is not None:
+        return _error(problem)
     progress = report.Progress(args.progress)
     job = {"command": "peaks", "device": args.device, "budget_s": args.budget, "cached_only": args.cached,
            "cwd": str(Path.cwd())}
@@ -413,8 +441,9 @@ def peaks_command(args: argparse.Namespace) -> int:
         return outcome.exit_code or 3
     if "error" in payload:
         return _error(payload["error"])
-    if args.json and args.json != "-":
-        write_json_atomic(args.json, payload["peaks"])
+    if args.json and args.json != "-" and not _write_output(
+            "--json", args.json, lambda: write_json_atomic(args.json, payload["peaks"])):
+        return EXIT_USAGE
     if args.json == "-":
         print(json.dumps(payload["peaks"], indent=2))
     else:

@@ -14,7 +14,7 @@ from lsprotocol import types as T
 
 from perflsp.findings import Finding
 from perflsp.server import convert
-from perflsp.server.analysis import SYNTAX_ERROR, PartResult, Result
+from perflsp.server.analysis import SYNTAX_ERROR, PartResult, Result, file_source
 
 if TYPE_CHECKING:
     from perflsp.server.app import PerflspServer
@@ -158,8 +158,12 @@ def _fix_all(result: Result, enc: convert.Encoder) -> Optional[Dict[str, List[T.
     settings = result.resolved.settings
     if snap.cells is None:
         part = snap.parts[0]
-        new_text, _, _ = fix_text(part.text, str(snap.path), settings, unsafe=False)
-        return {part.uri: convert.diff_edits(part.text, new_text, enc)}
+        source = file_source(part)
+        fixed, _, _ = fix_text(source, str(snap.path), settings, unsafe=False)
+        mark = part.readable[:len(part.readable) - len(source)]
+        # Edits between the text as read and its fixed version, the byte order mark put back on
+        # both: places in the client's text (a lone surrogate and U+FFFD are as wide).
+        return {part.uri: convert.diff_edits(part.readable, mark + fixed, enc)}
     from perflsp.server.notebooks import cell_texts, notebook_json
 
     fixed = cell_texts(snap, fix_text(notebook_json(snap), str(snap.path), settings, unsafe=False)[0])

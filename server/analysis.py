@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -33,6 +34,12 @@ log = logging.getLogger("perflsp.server")
 # that importing the server does not import libcst before the first analysis needs it.
 SYNTAX_ERROR = "PFL000"
 
+# A client that counts in UTF-16 can send half of a surrogate pair (a Python str keeps a whole pair
+# as one code point): no file can hold it, and the parsers cannot read it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_REPLACEMENT = "\ufffd"  # one code point, one UTF-16 unit and three UTF-8 bytes, as a lone surrogate is: positions stay
+_BOM = "\ufeff"
+
 # Set while the server warms the engine up (imports, rule table) in a thread of its own: an
 # analysis that runs meanwhile shares the CPU with it and says nothing of what analyses cost.
 WARMING = threading.Event()
@@ -48,6 +55,46 @@ class Part:
 
     def __post_init__(self) -> None:
         self.lines = convert.split_lines(self.text)
+        self.surrogate = None if self.text.isascii() else _SURROGATE.search(self.text)  # the first one
+        # The text the engine reads (see `file_source`).
+        self.readable = self.text if self.surrogate is None else _SURROGATE.sub(_REPLACEMENT, self.text)
+
+
+def file_source(part: Part) -> str:
+    """The text the engine reads for a whole file: its lone surrogates as U+FFFD, without the byte
+    order mark some clients send as its first character (Python reads a file's mark as its
+    encoding; `from_file_source` puts the columns of the first row back)."""
+    return part.readable[len(_BOM):] if part.readable.startswith(_BOM) else part.readable
+
+
+def from_file_source(findings: List[Finding], part: Part) -> List[Finding]:
+    """Findings on `file_source(part)` as places in the text the client sent."""
+    if not part.readable.startswith(_BOM):
+        return findings
+    return [_after_bom(f) for f in findings]
+
+
+def _after_bom(finding: Finding) -> Finding:
+    def moved(loc: Location) -> Location:
+        return Location(loc.row, loc.column + len(_BOM)) if loc.row == 1 else loc
+
+    hot = finding.hot and replace(finding.hot, start=moved(finding.hot.start), end=moved(finding.hot.end))
+    fix = finding.fix and replace(finding.fix, edits=tuple(replace(e, start=moved(e.start), end=moved(e.end))
+                                                           for e in finding.fix.edits))
+    return replace(finding, start=moved(finding.start), end=moved(finding.end), hot=hot, fix=fix)
+
+
+def _surrogate_warning(part: Part, path: str) -> List[Finding]:
+    """A warning at the first lone surrogate of `part` (the engine read it as U+FFFD): the findings stand."""
+    found = part.surrogate
+    if found is None:
+        return []
+    before = convert.split_lines(part.text[:found.start()])
+    start = Location(len(before), len(before[-1]))
+    message = (f"U+{ord(found.group()):04X} is half of a UTF-16 surrogate pair, not a character: no file can hold "
+               f"it; perflsp read it as U+FFFD")
+    return [Finding(code=SYNTAX_ERROR, name="syntax-error", message=message, filename=path, start=start,
+                    end=Location(start.row, start.column + 1), severity="warning", url=None)]
 
 
 @dataclass
@@ -128,17 +175,18 @@ def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: 
         from perflsp.rules.runner import check_text
 
         part = snap.parts[0]
-        facts = facts_of(snap.path, part.text) if facts_of is not None else None
+        source = file_source(part)
+        facts = facts_of(snap.path, source) if facts_of is not None else None
         if facts is None:  # judged alone, as the engine would; kept so that a graph that agrees costs no second analysis
-            facts = single_file_facts(part.text, str(snap.path), settings.hot_functions)
+            facts = single_file_facts(source, str(snap.path), settings.hot_functions)
         facts_key = facts_digest(facts)
         if stale():
             raise Stale()
-        by_part[part.uri] = check_text(part.text, str(snap.path), settings, facts, reparser)
+        by_part[part.uri] = from_file_source(check_text(source, str(snap.path), settings, facts, reparser), part)
     else:
         from perflsp.rules.notebook import check_cells
 
-        sources = [snap.parts[i].text if i is not None else None for i in snap.cells]
+        sources = [snap.parts[i].readable if i is not None else None for i in snap.cells]
         for finding in check_cells(sources, str(snap.path), settings):
             index = snap.cells[finding.cell - 1] if finding.cell else None
             if index is not None:
@@ -168,7 +216,7 @@ def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: 
             carried = [f for f in carry_over(old_text, old_findings, part.text) if (f.code, f.start, f.end) not in seen]
             if syntax:
                 current = []  # a part that does not parse has no findings of its own
-        kept = current + carried
+        kept = current + carried + _surrogate_warning(part, str(snap.path))
         diagnostics = [convert.diagnostic(f, part.lines, enc, hot_target) for f in kept]
         for f in syntax:
             # A half-typed line must not make the other warnings flicker away, nor shout: one

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 from urllib.parse import unquote
 
+from perflsp.server.analysis import file_source
 from perflsp.server.workspace import CACHE_DIR, inside, lower_thread_priority
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ class Projects:
     async def _check(self) -> None:
         # Only documents whose latest result is for their current text: an edited one is analysed
         # anyway, and linting on save must not analyse unsaved text because another file changed.
-        docs = [(unit, unit.path, unit.result.snapshot.parts[0].text, unit.result.facts_key)
+        docs = [(unit, unit.path, file_source(unit.result.snapshot.parts[0]), unit.result.facts_key)
                 for unit in self.server.docs.units.values()
                 if not unit.notebook and unit.path and unit.current() and unit.result.snapshot is not None
                 and unit.result.snapshot.parts]

@@ -14,10 +14,11 @@ def perflsp_cli(tmp_path):
     """Run the installed `perflsp` console entry in a subprocess, as users and CI do."""
 
     def run(*args, cwd=None, stdin=None, timeout=120):
+        """`stdin`: text, or bytes sent as they are (then stdout and stderr come back as bytes too)."""
         env = dict(os.environ, PYTHONIOENCODING="utf-8")
         return subprocess.run(
-            [sys.executable, "-m", "perflsp", *map(str, args)],
-            cwd=cwd or tmp_path, input=stdin, capture_output=True, text=True, timeout=timeout, env=env,
+            [sys.executable, "-m", "perflsp", *map(str, args)], cwd=cwd or tmp_path, input=stdin,
+            capture_output=True, text=not isinstance(stdin, bytes), timeout=timeout, env=env,
         )
 
     return run

@@ -1,6 +1,7 @@
 """Hostile input never costs the rest of a run: files past what the parser takes, a worker that
 crashes, symbolic link loops, malformed notebooks, a damaged cache; and --fix / --add-noqa keep
-the bytes they do not mean to change."""
+the bytes they do not mean to change. Input nothing can be made of is one line and exit 2, never a
+traceback; files are read in the encoding they declare, as Python reads them."""
 from __future__ import annotations
 
 import ast
@@ -10,6 +11,7 @@ import json
 import multiprocessing
 import os
 import subprocess
+import sys
 import textwrap
 import time
 
@@ -288,3 +290,131 @@ def test_scripts_sharing_a_name_in_different_folders_are_judged_alone(perflsp_cl
     assert list(found) == ["train.py"]
     [finding] = found["train.py"]
     assert finding["filename"].endswith(os.path.join("b", "train.py")) and finding["location"]["row"] == 52
+
+
+# --- round 3: input and output ---------------------------------------------------------------------
+
+PNG_HEADER = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
+
+
+@pytest.mark.parametrize("args, stdin, error", [
+    (["check", ".", "--jobs", "-1"], None,
+     "perflsp check: error: argument --jobs/-j: must be 0 (one per core) or more, got -1"),
+    (["check", "-"], PNG_HEADER, "perflsp: error: -: not UTF-8 text (invalid start byte at byte 0)"),
+    (["check", "-", "--stdin-filename", "logo.py"], PNG_HEADER,
+     "perflsp: error: logo.py: not UTF-8 text (invalid start byte at byte 0)"),
+    (["check", "-", "--stdin-filename", "x.ipynb"], LOOP_ITEM.encode(),
+     "perflsp: error: x.ipynb: not a Jupyter notebook: Expecting value: line 1 column 1 (char 0)"),
+], ids=["negative-jobs", "binary-stdin", "binary-stdin-named", "python-as-a-notebook"])
+def test_unusable_input_is_a_usage_error_of_one_line(perflsp_cli, tmp_path, args, stdin, error):
+    (tmp_path / "loop.py").write_text(LOOP_ITEM)
+    (tmp_path / "loop2.py").write_text(LOOP_ITEM)
+    result = perflsp_cli(*args, stdin=stdin)
+    stderr = result.stderr.decode() if isinstance(result.stderr, bytes) else result.stderr
+    assert result.returncode == 2 and not result.stdout, stderr
+    *usage, last = stderr.splitlines()
+    assert last == error
+    assert all(line.startswith(("usage:", " ")) for line in usage)  # argparse shows the usage above its errors
+
+
+@pytest.mark.parametrize("config, error", [
+    ("select = " + "[" * 5000 + "]" * 5000 + "\n", "not valid TOML: nested too deeply to read"),
+    ("select = ['PFL1'] # caf\xe9\n", "not valid TOML: not UTF-8 text (invalid continuation byte at byte 23)"),
+], ids=["5000-deep-array", "latin-1"])
+def test_a_config_file_tomllib_cannot_read_is_a_config_error_naming_it(perflsp_cli, tmp_path, config, error):
+    (tmp_path / "perflsp.toml").write_bytes(config.encode("latin-1"))
+    (tmp_path / "loop.py").write_text(LOOP_ITEM)
+    result = perflsp_cli("check", ".", "--no-cache")
+    assert result.returncode == 2 and result.stderr == f"perflsp: error: {(tmp_path / 'perflsp.toml').resolve()}: {error}\n"
+
+
+def test_a_notebook_nested_too_deeply_to_read_is_skipped_and_the_run_goes_on(perflsp_cli, tmp_path):
+    (tmp_path / "deep.ipynb").write_text('{"cells": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    (tmp_path / "loop.py").write_text(LOOP_ITEM)
+    (tmp_path / "loop2.py").write_text(LOOP_ITEM)
+    result = perflsp_cli("check", ".", "--output-format", "json", "--no-cache", "--jobs", "2")
+    assert [f["code"] for f in _findings(result)] == ["PFL101", "PFL101"]
+    assert result.stderr == "perflsp: deep.ipynb: not a Jupyter notebook: its JSON is nested too deeply to read\n"
+
+
+def test_a_cache_folder_replaced_by_a_file_during_a_run_costs_the_cache_only(tmp_path):
+    (tmp_path / "loop.py").write_text(LOOP_ITEM)
+    folder, warnings = tmp_path / ".perflsp_cache", []
+    folder.mkdir()
+    cache = runner.Cache(folder, warn=warnings.append)
+    folder.rmdir()  # between reading the cache and writing it back
+    folder.write_text("someone's notes\n")
+    results = runner.check_paths([tmp_path / "loop.py"], jobs=1, cache=cache)
+    assert [f.code for r in results for f in r.findings] == ["PFL101"]
+    assert warnings == [f"{cache.file}: the cache could not be written ({folder} is not a folder)"]
+    assert folder.read_text() == "someone's notes\n"
+
+
+# A finding after text that is one byte in one codec and several in UTF-8; PFL204 (preview) has a safe fix.
+def _declared(codec, word):
+    return (f"# -*- coding: {codec} -*-\nimport torch as th\n\n\ndef fresh_hidden(batch, size):\n"
+            f"    {word} = th.cuda.FloatTensor(batch, size).zero_()\n    return {word}\n")
+
+
+@pytest.mark.parametrize("codec, word", [("latin-1", "n\xe9"), ("cp1252", "\u0153uvre"), ("shift_jis", "\u96a0\u308c")])
+def test_a_declared_encoding_is_read_as_python_reads_it_and_kept_when_fixing(perflsp_cli, tmp_path, codec, word):
+    source = _declared(codec, word)
+    target = tmp_path / "hidden.py"
+    target.write_bytes(source.encode(codec).replace(b"\n", b"\r\n"))
+    [finding] = _findings(perflsp_cli("check", "hidden.py", "--output-format", "json", "--no-cache"))
+    assert finding["code"] == "PFL204"
+    assert finding["location"] == {"row": 6, "column": 4 + len(word) + 3 + 1}  # columns count characters
+    result = perflsp_cli("check", "hidden.py", "--fix", "--no-cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+    fixed = source.replace("th.cuda.FloatTensor(batch, size)", 'th.empty(batch, size, dtype=th.float32, device="cuda")')
+    assert target.read_bytes() == fixed.encode(codec).replace(b"\n", b"\r\n")
+    piped = perflsp_cli("check", "-", "--fix", "--no-cache", stdin=source.encode(codec))
+    assert piped.returncode == 0 and piped.stdout == fixed.encode(codec), piped.stderr
+
+
+def test_add_noqa_keeps_a_declared_encoding(perflsp_cli, tmp_path):
+    source = "# coding: latin-1\n" + LOOP_ITEM.replace("loss = model(x)", "caf\xe9 = 1; loss = model(x)")
+    target = tmp_path / "loop.py"
+    target.write_bytes(source.encode("latin-1"))
+    result = perflsp_cli("check", "loop.py", "--add-noqa", "--no-cache")
+    assert result.returncode == 0 and "Added 1 noqa directive." in result.stderr, result.stderr
+    silenced = source.replace("print(loss.item())", "print(loss.item())  # noqa: PFL101")
+    assert target.read_bytes() == silenced.encode("latin-1")
+
+
+def test_a_file_that_declares_an_unknown_encoding_is_skipped_with_a_message(perflsp_cli, tmp_path):
+    (tmp_path / "odd.py").write_bytes(b"# coding: klingon\nx = 1\n")
+    (tmp_path / "loop.py").write_text(LOOP_ITEM)
+    result = perflsp_cli("check", ".", "--output-format", "json", "--no-cache")
+    assert [f["code"] for f in _findings(result)] == ["PFL101"]
+    assert result.stderr == "perflsp: odd.py: skipped: unknown encoding: klingon\n"
+
+
+def test_a_nul_character_is_a_syntax_error_where_it_is(perflsp_cli, tmp_path):
+    (tmp_path / "nul.py").write_text(LOOP_ITEM.replace("loss = model(x)", 'tag = "a\0b"; loss = model(x)'))
+    [finding] = _findings(perflsp_cli("check", "nul.py", "--output-format", "json", "--no-cache"))
+    assert finding["code"] == "PFL000" and finding["location"] == {"row": 5, "column": 17}
+    assert finding["message"] == "SyntaxError: source code cannot contain null bytes"
+
+
+NEWER_SYNTAX = {
+    "alias.py": ("type Batch = list[int]\n", {"row": 2, "column": 6}, "invalid syntax"),
+    "generic.py": ("def first[T](xs: list[T]) -> T:\n    return xs[0]\n", {"row": 2, "column": 10}, "expected '('"),
+    "fstring.py": ("name = f\"{ {'k': 1}[\"k\"] }\"\n", {"row": 2, "column": 22}, "f-string: unmatched '['"),
+}
+
+
+def test_python_3_12_syntax_is_checked_under_3_12_and_one_pfl000_naming_the_python_under_3_11(perflsp_cli, tmp_path):
+    for name, (code, _, _) in NEWER_SYNTAX.items():
+        (tmp_path / name).write_text(LOOP_ITEM.replace("\n\ndef train", f"\n{code}\ndef train"))
+    found = _by_file(_findings(perflsp_cli("check", ".", "--output-format", "json", "--no-cache")))
+    assert sorted(found) == sorted(NEWER_SYNTAX)
+    for name, (_, location, error) in NEWER_SYNTAX.items():
+        if sys.version_info >= (3, 12):  # the syntax of the Python perflsp runs under: checked as any file
+            assert [f["code"] for f in found[name]] == ["PFL101"]
+            continue
+        [finding] = found[name]
+        assert finding["code"] == "PFL000" and finding["location"] == location, finding
+        assert finding["message"] == (f"SyntaxError: {error}, in Python 3.{sys.version_info.minor}, which perflsp "
+                                      "runs under: perflsp did not check this file (if it is a newer Python's "
+                                      "syntax, run perflsp under that Python)")

@@ -20,7 +20,8 @@ FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 # Pieces of Python, PyTorch and of what breaks tokenizers: brackets, strings of every kind, line
-# breaks of every kind, indentation, comments and suppressions, IPython-looking text.
+# breaks of every kind, indentation, line continuations (a backslash alone on a row too), comments
+# and suppressions, IPython-looking text.
 FRAGMENTS = [
     "import torch", "import numpy as np", "for b in loader:", "while x:", "def step(x):", "class M(nn.Module):",
     "with torch.no_grad():", "async def f():", "lambda a, b: ", "return ", "yield ", "await ", "if ", "else:",
@@ -29,6 +30,7 @@ FRAGMENTS = [
     "np.float64(1)", "(", ")", "[", "]", "{", "}", ",", ":", ";", ".", "\\", "'", '"', "'''", '"""', "f'{x}'",
     'f"{b.item()!r:>{w}}"', "rb'\\x00'", "# noqa", "# noqa: PFL101", "# perflsp: hot", "# perflsp: ignore[PFL1]",
     "\n", "\r\n", "\r", "\n    ", "\n        ", "\t", " ", "\x0c", "\u2028", "\x85", "\x00", "é", "😀",
+    " \\\n", "\n    \\\n", "\n\\\n",
     "%time ", "!ls",
 ]
 python_ish = st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)

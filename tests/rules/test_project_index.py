@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from perflsp.config import Settings
 from perflsp.hot_file import HOT_VERSION
+from perflsp.rules.engine import check_source
 from perflsp.rules.project import COLD, STEP
 from perflsp.rules.project_index import ProjectIndex
 
@@ -170,3 +172,36 @@ def test_a_new_recorded_run_is_read_without_an_edit(project):
         "measured_at": "2026-12-01T14:00:00Z",
         "functions": [{"file": "helpers.py", "qualname": "log", "first_line": 1, "calls": 1, "steps": 1}]}))
     assert why_log(index, root) == [COLD, "measured: called, but not on every step"]
+
+
+STAGE = """\
+# one
+# two
+import torch
+
+
+def stage(t):
+    return t.pin_memory().cuda()
+
+
+def train(model, loader):
+    for x in loader:
+        model(stage(x))
+"""
+
+
+def test_a_finding_is_never_placed_at_a_row_of_the_last_build_that_the_text_no_longer_has(tmp_path):
+    (tmp_path / "train.py").write_text(STAGE)
+    path = str(tmp_path / "train.py")
+    index = ProjectIndex(tmp_path)
+    index.load()
+    pfl106 = Settings(select=("PFL106",), preview=True)  # reports in what calls make per step
+    [finding] = check_source(STAGE, path, pfl106, facts=index.facts(path, STAGE))
+    assert finding.hot.start.row == 12  # the call that makes `stage` per step
+    moved = STAGE.replace("# one\n# two\n", "")  # the call is on row 10 now; the text has no row 12
+    index.buffer_changed(path, moved)
+    [finding] = check_source(moved, path, pfl106, facts=index.facts(path, moved))
+    assert finding.hot.start.row == 4  # `def stage`, until the graph is built for the moved rows
+    assert index.settle()
+    [finding] = check_source(moved, path, pfl106, facts=index.facts(path, moved))
+    assert finding.hot.start.row == 10

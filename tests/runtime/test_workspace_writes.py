@@ -40,3 +40,51 @@ def test_a_history_link_out_of_the_workspace_is_neither_read_nor_moved(tmp_path)
     assert [p.name for p in outside.iterdir()] == ["m.f.json"]
     with pytest.raises(LeavesFolder):
         profile_history.write_json_atomic(workspace / "profiles" / "history" / "x.json", {}, inside=workspace)
+
+
+# --- round 3, input and output: what stands where a result goes ----------------------------------------
+
+# Inputs that, while the run measures, put plain files where its output folders were.
+REPLACING = '''import os
+import shutil
+
+
+def make_inputs():
+    for folder in (".perflsp", "out"):
+        if os.path.isdir(folder):
+            shutil.rmtree(folder)
+            open(folder, "w").close()
+    return (2.0,)
+
+
+def step(x):
+    return x * 2
+'''
+
+
+@pytest.mark.parametrize("command, where, problem", [
+    ("profile", "afile/result.json", "afile is not a folder"),
+    ("profile", ".", ". is a folder"),
+    ("peaks", "afile/peaks.json", "afile is not a folder"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_measuring(run_runtime, tmp_path, command, where, problem):
+    (tmp_path / "afile").write_text("notes\n")
+    (tmp_path / "step.py").write_text(REPLACING)
+    args = ["step.py:step", "--setup", "step.py:make_inputs"] if command == "profile" else ["--cached"]
+    out = run_runtime(command, *args, "--json", where)
+    assert out.returncode == 2 and out.stderr == f"perflsp: --json {where}: cannot write there: {problem}\n"
+    assert out.stdout == "" and not (tmp_path / ".perflsp").exists()
+
+
+def test_output_folders_replaced_by_files_during_the_run_cost_the_files_not_the_measurement(run_runtime, tmp_path):
+    (tmp_path / "step.py").write_text(REPLACING)
+    (tmp_path / ".perflsp").mkdir()
+    (tmp_path / "out").mkdir()
+    out = run_runtime("profile", "step.py:step", "--setup", "step.py:make_inputs", "--min-time", "0.02",
+                      "--json", "out/result.json", "--progress", "none")
+    assert out.stderr.splitlines() == [
+        f"perflsp: warning: the result is not saved in the workspace: {tmp_path / '.perflsp'} is not a folder",
+        "perflsp: --json out/result.json: cannot write there: out is not a folder",
+    ]
+    assert out.returncode == 2 and "verdict" in out.stdout  # the measurement is still shown
+    assert (tmp_path / ".perflsp").read_text() == (tmp_path / "out").read_text() == ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.server.conftest import NEOVIM, TRAIN
+from tests.server.conftest import NEOVIM, TRAIN, apply_edits, text_edits
 
 pytestmark = pytest.mark.filterwarnings("error::pytest_lsp.LspSpecificationWarning")
 
@@ -22,3 +22,48 @@ async def test_documents_too_deep_or_too_long_for_the_parser_leave_the_server_ru
     assert too_long.code == "PFL000" and "expression too long to analyse" in too_long.message
     train = session.open("train.py", TRAIN)
     assert len(await session.diagnostics(train, version=1, where=lambda ds: len(ds) == 3)) == 3
+
+
+# --- round 3, input and output: text as clients send it ---------------------------------------------
+
+# A finding with a safe fix on the first row too, where a byte order mark is the first character.
+FIRST_ROW = "for x in loader: x.pin_memory().cuda()\n" + TRAIN
+
+
+def _seen(diagnostics):
+    return [(d.code, d.message, d.range.start.line, d.range.start.character, d.range.end.character) for d in diagnostics]
+
+
+async def test_a_byte_order_mark_gives_the_findings_and_fixes_of_the_text_without_it(shared):
+    session = await shared(NEOVIM)
+    texts = {"plain.py": FIRST_ROW, "marked.py": "\ufeff" + FIRST_ROW}
+    plain, marked = (session.open(name, text) for name, text in texts.items())
+    expected = _seen(await session.diagnostics(plain, version=1, where=lambda ds: len(ds) == 4))
+    got = _seen(await session.diagnostics(marked, version=1, where=lambda ds: len(ds) == 4))
+    # The mark is one UTF-16 unit of the first row, as the client counts it: the rest is the same.
+    assert got == [(code, message, line, start + (line == 0), end + (line == 0))
+                   for code, message, line, start, end in expected]
+    assert got[0][:3] == ("PFL106", expected[0][1], 0)
+    fixed = {}
+    for name, text in texts.items():
+        [fix_all] = await session.actions(session.uri(name), 0, only=["source.fixAll"])
+        fixed[name] = apply_edits(text, text_edits(await session.edit_of(fix_all), session.uri(name)))
+    assert fixed["plain.py"].startswith("for x in loader: x.pin_memory().cuda(non_blocking=True)\n")
+    assert fixed["marked.py"] == "\ufeff" + fixed["plain.py"]
+
+
+async def test_a_lone_surrogate_gives_the_findings_and_a_warning_where_it_is(shared):
+    session = await shared(NEOVIM)
+    uri = session.open("lone.py", TRAIN)
+    await session.diagnostics(uri, version=1, where=lambda ds: len(ds) == 3)
+    # Half of a UTF-16 pair, as a client that counts in UTF-16 can send (no file can hold it).
+    text = TRAIN.replace("print(loss.item())", 'print(loss.item(), "\ud800")')
+    version = session.replace(uri, text)
+    got = await session.diagnostics(uri, version=version, where=lambda ds: len(ds) == 4)
+    assert sorted(d.code for d in got) == ["PFL000", "PFL101", "PFL106", "PFL303"]
+    [warning] = [d for d in got if d.code == "PFL000"]
+    row = text.split("\n")[6]
+    assert (warning.range.start.line, warning.range.start.character) == (6, row.index("\ud800"))
+    assert warning.severity == 2  # a warning: the findings stand
+    assert warning.message == ("U+D800 is half of a UTF-16 surrogate pair, not a character: no file can hold it; "
+                               "perflsp read it as U+FFFD")

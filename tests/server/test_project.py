@@ -125,3 +125,40 @@ async def until(condition, timeout=15.0):
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+STAGE = """\
+# one
+# two
+import torch
+
+
+def stage(t):
+    return t.pin_memory().cuda()
+
+
+def train(model, loader):
+    for x in loader:
+        model(stage(x))
+"""
+
+
+def hot_line(diagnostic):
+    return diagnostic.related_information[0].location.range.start.line
+
+
+async def test_rows_moved_before_the_graph_is_built_again_leave_no_stale_diagnostics(start, tmp_path):
+    root = workspace(tmp_path / "ws")
+    (root / "stage.py").write_text(STAGE)
+    session = await start(NEOVIM, root=root)
+    helpers = session.open("helpers.py")
+    await session.diagnostics(helpers, where=lambda ds: len(pfl101(ds)) == 1)  # judged with the graph
+    uri = session.open("stage.py")
+    [before] = await session.diagnostics(uri, version=1, where=lambda ds: len(ds) == 1)
+    assert before.code == "PFL106" and hot_line(before) == 11  # the call that makes `stage` per step
+    # The graph keeps the call's row (11) until typing pauses; the text has 10 rows now.
+    version = session.edit(uri, (0, 0), (2, 0), "")
+    [after] = await session.diagnostics(uri, version=version, where=lambda ds: len(ds) == 1)
+    assert after.range.start.line == before.range.start.line - 2
+    # Built again for the moved rows, the graph names the call where it is now.
+    await session.diagnostics(uri, version=version, where=lambda ds: len(ds) == 1 and hot_line(ds[0]) == 9)
