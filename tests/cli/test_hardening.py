@@ -10,6 +10,7 @@ import json
 import multiprocessing
 import os
 import subprocess
+import sys
 import textwrap
 import time
 
@@ -262,3 +263,38 @@ def test_a_cache_linked_out_of_the_workspace_gets_nothing_written(perflsp_cli, t
         assert [f["code"] for f in _findings(result)] == ["PFL101"]
         assert "the cache could not be written (a symbolic link leads" in result.stderr
     assert list(outside.iterdir()) == []
+
+
+# --- round 3: parser limits -------------------------------------------------------------------------
+
+def _check_measured(cwd, *args):
+    """`perflsp check --output-format json --no-cache ARGS` in a subprocess, as `perflsp_cli` runs
+    it: (exit code, findings by file, what the process and its workers used: `os.wait4`'s rusage)."""
+    out, err = cwd / "findings.json", cwd / "stderr.txt"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "perflsp", "check", *args, "--output-format", "json",
+                                    "--no-cache"], cwd=cwd, stdout=stdout, stderr=stderr,
+                                   env=dict(os.environ, PYTHONIOENCODING="utf-8"))
+        _, status, usage = os.wait4(process.pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    assert code in (0, 1), (code, err.read_text())
+    return code, _by_file(json.loads(out.read_text())), usage
+
+
+def test_reads_back_to_back_in_a_long_loop_body_cost_linear_time_and_stay_one_finding(tmp_path):
+    # Each read looked through every statement of the body (is there a synchronize? a binding of
+    # its receiver?): 8,000 reads took 82 s, 4,000 about 20 s of CPU; now about 3.
+    reads = 4000
+    body = "".join(f"        print(loss{i % 7}.item())\n" for i in range(reads))
+    (tmp_path / "train.py").write_text("import torch\n\n\ndef train(model, loader, opt):\n    for x, y in loader:\n"
+                                       "        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n"
+                                       + body)
+    _, found, usage = _check_measured(tmp_path, "train.py", "--jobs", "1")
+    [finding] = found["train.py"]
+    assert (finding["code"], finding["location"]) == ("PFL101", {"row": 9, "column": 15})
+    assert finding["message"] == (
+        "`loss0.item()` waits for the GPU to finish all queued work and copies the value to the host, inside the "
+        "training loop `for x, y in loader` at line 5; keep it on the device and read it once every N steps (with "
+        "`loss1.item()`, `loss2.item()`, `loss3.item()` … right after it, which then wait only for the work queued "
+        "since)")
+    assert usage.ru_utime + usage.ru_stime < 12, f"{usage.ru_utime + usage.ru_stime:.1f} s of CPU"
