@@ -2,11 +2,12 @@
 
 libcst's native parser recurses on the thread's stack once per nesting level and, past what the
 stack holds, kills the whole process (SIGSEGV, no exception): about 1,270 nested brackets with 8 MiB
-of stack, 310 with 2 MiB (Windows' default), fewer nested calls; unary operators and operator chains
-(`a + a + ...`, `a.b.b...`, `x[0][0]...`) cost less stack per level but crash too, and their parse
-time grows with the square of their length (`a + a + ...`: 2,000 terms 0.4 s, 4,000 terms 2 s,
-20,000 terms minutes). The engine's own walk of the tree is Python recursion, which gives out
-between 150 and 200 nested brackets and between 300 and 500 chained operators.
+of stack, 310 with 2 MiB (Windows' default), fewer nested calls, the same inside the replacement
+fields of f-strings and t-strings; unary operators and operator chains (`a + a + ...`, `a.b.b...`,
+`x[0][0]...`) cost less stack per level but crash too, and their parse time grows with the square
+of their length (`a + a + ...`: 2,000 terms 0.4 s, 4,000 terms 2 s, 20,000 terms minutes). The
+engine's own walk of the tree is Python recursion, which gives out between 150 and 200 nested
+brackets and between 300 and 500 chained operators.
 
 Real code is nowhere near: over the 11,586 Python files of 28 PyTorch projects, measured by this
 module, the most brackets open at once is 10 and the deepest chain 50 (kornia's unrolled 3x3
@@ -33,6 +34,9 @@ _NOT_CHAINING = frozenset({",", ";", ":", "=", "->", ":=", "...", "!", "+=", "-=
                            "@=", "&=", "|=", "^=", ">>=", "<<=", "**="})
 _OPEN, _CLOSE = "([{", ")]}"
 _SKIPPED = frozenset({tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT})
+# String prefixes whose replacement fields are code: f-strings and t-strings, raw or not.
+_FIELD_PREFIXES = frozenset("ft")
+_TEMPLATE_PREFIXES = frozenset({"t", "rt", "tr"})  # any case
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ def excess(source: str) -> Optional[Excess]:
     Text the tokenizer cannot follow is measured up to that point: the parser stops there too."""
     scan = _Scan()
     try:
-        for token in tokens(source):
+        for token in _templates_joined(tokens(source)):
             found = scan.feed(token)
             if found is not None:
                 return found
@@ -147,11 +151,32 @@ def _is_operator(kind: int, text: str) -> bool:
     return kind == tokenize.NAME and text in _KEYWORD_OPERATORS
 
 
+def _templates_joined(stream: Iterator[tokenize.TokenInfo]) -> Iterator[tokenize.TokenInfo]:
+    """The tokens, with each t-string (PEP 750) as one string token. The tokenizer of Python 3.13
+    and before does not know them: `t"{x}"` comes as the name `t` and a plain string right after
+    it, whose fields libcst parses as code."""
+    held: Optional[tokenize.TokenInfo] = None  # a name that may prefix the string after it
+    for token in stream:
+        if held is not None:
+            if token.type == tokenize.STRING and token.start == held.end:
+                token = token._replace(string=held.string + token.string, start=held.start)
+            else:
+                yield held
+            held = None
+        if token.type == tokenize.NAME and token.string.lower() in _TEMPLATE_PREFIXES:
+            held = token
+        else:
+            yield token
+    if held is not None:
+        yield held
+
+
 def _parts(token: tokenize.TokenInfo) -> Iterator[Tuple[int, str]]:
-    """The token, or for an f-string (one token before Python 3.12, which gives its parts as tokens)
-    the brackets and operators of its replacement fields, character by character: the parser reads
-    those fields as code. Counting characters overestimates, and real f-strings stay far below."""
-    if token.type != tokenize.STRING or "f" not in _prefix(token.string):
+    """The token, or for an f-string or a t-string (one token before Python 3.12, which gives an
+    f-string's parts as tokens, and 3.14, a t-string's) the brackets and operators of its
+    replacement fields, character by character: the parser reads those fields as code. Counting
+    characters overestimates, and real f-strings stay far below."""
+    if token.type != tokenize.STRING or not _FIELD_PREFIXES.intersection(_prefix(token.string)):
         yield token.type, token.string
         return
     text, at, fields = token.string, 0, 0  # `fields`: braces open inside replacement fields
@@ -172,4 +197,4 @@ def _parts(token: tokenize.TokenInfo) -> Iterator[Tuple[int, str]]:
 
 
 def _prefix(literal: str) -> str:
-    return literal[:len(literal) - len(literal.lstrip("rRbBuUfF"))].lower()
+    return literal[:len(literal) - len(literal.lstrip("rRbBuUfFtT"))].lower()

@@ -281,6 +281,20 @@ def _check_measured(cwd, *args):
     return code, _by_file(json.loads(out.read_text())), usage
 
 
+def test_t_strings_too_deep_for_the_parser_are_one_pfl000_each(tmp_path):
+    # libcst parses the fields of t-strings (PEP 750) as code: 1,500 brackets there killed the process.
+    for name, prefix in [("t.py", "t"), ("raw.py", "rt"), ("upper.py", "Tr")]:
+        (tmp_path / name).write_text(f'y = {prefix}"{{' + "(" * 1500 + "1" + ")" * 1500 + '}"\n')
+    (tmp_path / "loop.py").write_text(LOOP_ITEM)
+    _, found, _ = _check_measured(tmp_path, ".", "--jobs", "2")
+    assert [f["code"] for f in found.pop("loop.py")] == ["PFL101"]
+    for name, [finding] in found.items():
+        assert (finding["code"], finding["location"]) == ("PFL000", {"row": 1, "column": 5}), name
+        assert finding["message"] == ("too deeply nested to analyse: more than 100 brackets open at once here; "
+                                      "perflsp skipped this file")
+    assert sorted(found) == ["raw.py", "t.py", "upper.py"]
+
+
 def test_reads_back_to_back_in_a_long_loop_body_cost_linear_time_and_stay_one_finding(tmp_path):
     # Each read looked through every statement of the body (is there a synchronize? a binding of
     # its receiver?): 8,000 reads took 82 s, 4,000 about 20 s of CPU; now about 3.

@@ -46,3 +46,13 @@ def test_text_that_only_looks_deep_is_not_measured():
     commented = "# " + "(" * 500
     separated = ", ".join(["a.b + c"] * 5000)  # long, but flat: elements are siblings
     assert excess("\n".join(["x = " + quoted, "y = " + escaped, commented, "z = [" + separated + "]"])) is None
+
+
+@pytest.mark.parametrize("prefix", ["t", "T", "rt", "rT", "Rt", "RT", "tr", "tR", "Tr", "TR"])
+def test_the_fields_of_t_strings_are_measured_as_code(prefix):
+    # Before Python 3.14 the tokenizer reads `t"..."` as the name `t` and a plain string.
+    [finding] = check_source(LOOP.format(prefix + '"{' + "(" * (MAX_BRACKETS + 1) + '1}"'), "m.py", Settings())
+    assert (finding.code, finding.start.row, finding.start.column) == ("PFL000", 3, 8)
+    assert finding.message.startswith(f"too deeply nested to analyse: more than {MAX_BRACKETS} brackets")
+    assert excess(LOOP.format(prefix + '"{' + "(" * (MAX_BRACKETS - 1) + '1}"')) is None
+    assert excess(LOOP.format(prefix + ' "{' + "(" * (MAX_BRACKETS + 1) + '1}"')) is None  # a name, then a string

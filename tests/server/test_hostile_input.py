@@ -22,3 +22,20 @@ async def test_documents_too_deep_or_too_long_for_the_parser_leave_the_server_ru
     assert too_long.code == "PFL000" and "expression too long to analyse" in too_long.message
     train = session.open("train.py", TRAIN)
     assert len(await session.diagnostics(train, version=1, where=lambda ds: len(ds) == 3)) == 3
+
+
+
+TEMPLATE = 'x = t"{' + "(" * 1500 + "1" + ")" * 1500 + '}"\n'  # PEP 750: libcst parses its fields as code
+AFTERWARDS = " (perflsp analyses the file again once it parses)"
+
+
+async def test_a_t_string_too_deep_for_the_parser_leaves_the_server_running(shared):
+    session = await shared(NEOVIM)  # it killed the server's process (SIGSEGV in libcst's parser)
+    template = session.open("template.py", TEMPLATE)
+    [too_deep] = await session.diagnostics(template, version=1, where=lambda ds: len(ds) == 1)
+    assert (too_deep.code, too_deep.range.start.line, too_deep.range.start.character) == ("PFL000", 0, 4)
+    assert too_deep.message == ("too deeply nested to analyse: more than 100 brackets open at once here; perflsp "
+                                "skipped this file" + AFTERWARDS)
+    train = session.open("train.py", TRAIN)
+    assert len(await session.diagnostics(train, version=1, where=lambda ds: len(ds) == 3)) == 3
+
