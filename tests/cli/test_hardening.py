@@ -295,6 +295,30 @@ def test_t_strings_too_deep_for_the_parser_are_one_pfl000_each(tmp_path):
     assert sorted(found) == ["raw.py", "t.py", "upper.py"]
 
 
+def _training_loop(elifs):
+    chain = "".join(f"        elif cfg.mode == {i}:\n            z = {i}\n" for i in range(elifs))
+    return ("import torch\n\n\ndef train(model, loader, opt, cfg):\n    for x, y in loader:\n"
+            "        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n"
+            "        if cfg.mode < 0:\n            z = -1\n" + chain + "        print(loss.item())\n")
+
+
+def test_if_statements_with_more_elifs_than_the_parser_takes_are_one_pfl000_never_a_silent_file(tmp_path):
+    # 10,000 `elif`s killed the process (SIGSEGV in libcst's parser); with 500, the summary's
+    # recursion gave out and the loop's `.item()` went unreported without a word.
+    flat = "".join(f"elif a == {i}:\n    pass\n" for i in range(10_000))
+    (tmp_path / "flat.py").write_text("if a:\n    pass\n" + flat)
+    (tmp_path / "chain300.py").write_text(_training_loop(300))
+    (tmp_path / "chain500.py").write_text(_training_loop(500))
+    _, found, _ = _check_measured(tmp_path, ".", "--jobs", "2")
+    [read] = found["chain300.py"]
+    assert (read["code"], read["location"]) == ("PFL101", {"row": 611, "column": 15})
+    message = ("`if` statement too long to analyse: more than 300 `elif` branches (the parser nests each one in "
+               "the one before); perflsp skipped this file")
+    for name, row in [("flat.py", 603), ("chain500.py", 611)]:  # the 301st `elif`
+        [finding] = found[name]
+        assert (finding["code"], finding["message"], finding["location"]["row"]) == ("PFL000", message, row)
+
+
 def test_reads_back_to_back_in_a_long_loop_body_cost_linear_time_and_stay_one_finding(tmp_path):
     # Each read looked through every statement of the body (is there a synchronize? a binding of
     # its receiver?): 8,000 reads took 82 s, 4,000 about 20 s of CPU; now about 3.

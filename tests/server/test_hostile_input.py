@@ -26,6 +26,7 @@ async def test_documents_too_deep_or_too_long_for_the_parser_leave_the_server_ru
 
 
 TEMPLATE = 'x = t"{' + "(" * 1500 + "1" + ")" * 1500 + '}"\n'  # PEP 750: libcst parses its fields as code
+ELIFS = "if a:\n    pass\n" + "".join(f"elif a == {i}:\n    pass\n" for i in range(10_000))
 AFTERWARDS = " (perflsp analyses the file again once it parses)"
 
 
@@ -39,3 +40,13 @@ async def test_a_t_string_too_deep_for_the_parser_leaves_the_server_running(shar
     train = session.open("train.py", TRAIN)
     assert len(await session.diagnostics(train, version=1, where=lambda ds: len(ds) == 3)) == 3
 
+
+async def test_an_elif_chain_too_long_for_the_parser_leaves_the_server_running(shared):
+    session = await shared(NEOVIM)  # it killed the server's process (SIGSEGV in libcst's parser)
+    chain = session.open("chain.py", ELIFS)
+    [too_long] = await session.diagnostics(chain, version=1, where=lambda ds: len(ds) == 1)
+    assert (too_long.code, too_long.range.start.line, too_long.range.start.character) == ("PFL000", 602, 0)
+    assert too_long.message == ("`if` statement too long to analyse: more than 300 `elif` branches (the parser nests "
+                                "each one in the one before); perflsp skipped this file" + AFTERWARDS)
+    train = session.open("train.py", TRAIN)
+    assert len(await session.diagnostics(train, version=1, where=lambda ds: len(ds) == 3)) == 3
