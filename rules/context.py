@@ -218,7 +218,10 @@ class ModuleContext:
         for depth, (block, body, index) in enumerate(self._blocks_around(node)):
             if depth == 0 and any(self._clock(call) for stmt in body[index + 1:index + 2] for call in self._calls(stmt)):
                 return True
-            if any(_synchronizes(self, stmt) for i, stmt in enumerate(body) if i != index):
+            # Worked out once per block: every read in a body of thousands of statements asks.
+            syncs = self.scoped((_synchronizes, block),
+                                lambda: [i for i, stmt in enumerate(body) if _synchronizes(self, stmt)])
+            if any(i != index for i in syncs):
                 return True
             if not isinstance(self.parent(block), (cst.If, cst.Else, cst.With, cst.Try, cst.Finally)):
                 return False  # a loop's or a function's body: the pass it makes ends here
@@ -256,9 +259,16 @@ class ModuleContext:
         child, parent = node, self.parent(node)
         while parent is not None:
             if isinstance(parent, (cst.IndentedBlock, cst.Module)):
-                body = list(self.top_level() if parent is self.module else parent.body)
-                yield parent, body, next(i for i, stmt in enumerate(body) if stmt is child)
+                body, index = self.statements(parent)
+                yield parent, body, index[child]
             child, parent = parent, self.parent(parent)
+
+    def statements(self, block: cst.CSTNode) -> Tuple[Sequence[cst.CSTNode], Dict[cst.CSTNode, int]]:
+        """The statements of `block` (the module's top-level ones, an indented body's, or the small
+        statements of a line) and the index of each. The index is worked out once per block: the
+        rules ask where each of a body's statements is, and a body can hold thousands."""
+        body = self.top_level() if block is self.module else block.body  # type: ignore[attr-defined]
+        return body, self.scoped((ModuleContext.statements, block), lambda: {stmt: i for i, stmt in enumerate(body)})
 
     def is_synchronize(self, call: cst.Call) -> bool:
         """`torch.cuda.synchronize()` (and its siblings for other backends), or `stream.synchronize()`,

@@ -2,16 +2,22 @@
 
 libcst's native parser recurses on the thread's stack once per nesting level and, past what the
 stack holds, kills the whole process (SIGSEGV, no exception): about 1,270 nested brackets with 8 MiB
-of stack, 310 with 2 MiB (Windows' default), fewer nested calls; unary operators and operator chains
-(`a + a + ...`, `a.b.b...`, `x[0][0]...`) cost less stack per level but crash too, and their parse
-time grows with the square of their length (`a + a + ...`: 2,000 terms 0.4 s, 4,000 terms 2 s,
-20,000 terms minutes). The engine's own walk of the tree is Python recursion, which gives out
-between 150 and 200 nested brackets and between 300 and 500 chained operators.
+of stack, 310 with 2 MiB (Windows' default), fewer nested calls, the same inside the replacement
+fields of f-strings and t-strings; unary operators and operator chains (`a + a + ...`, `a.b.b...`,
+`x[0][0]...`) cost less stack per level but crash too, and their parse time grows with the square
+of their length (`a + a + ...`: 2,000 terms 0.4 s, 4,000 terms 2 s, 20,000 terms minutes). Each
+`elif` nests in the one before: about 8,200 of them crash it with 8 MiB of stack, 2,000 with 2 MiB
+(1,650 with 100 brackets open in the last branch, 1,050 under 40 levels of indentation). The
+engine's own walk of the tree is Python recursion, which gives out between 150 and 200 nested
+brackets, between 300 and 500 chained operators and at about 480 `elif`s (libcst's code
+generation, for positions); the summary's `ast` gives out at 2,985 `elif`s (Python 3.11).
 
 Real code is nowhere near: over the 11,586 Python files of 28 PyTorch projects, measured by this
 module, the most brackets open at once is 10 and the deepest chain 50 (kornia's unrolled 3x3
-non-maximum suppression, `(ct > x[...]) & (ct > x[...]) & ...`). A file past the limits below is
-not parsed: the engine reports PFL000 where it goes past.
+non-maximum suppression, `(ct > x[...]) & (ct > x[...]) & ...`); over the 8,565 files of torch,
+numpy, sympy, matplotlib and the standard library, the longest `if`/`elif` chain has 80 branches
+(torch._dynamo's `VariableBuilder`). A file past the limits below is not parsed: the engine
+reports PFL000 where it goes past.
 
 One construct libcst misreads at any size: a row holding nothing but a line continuation (`\\`)
 before a statement. Python joins it to the statement's row; libcst leaves the row out of its tree
@@ -31,6 +37,7 @@ from perflsp.rules.lines import row_starts, tokens
 
 MAX_BRACKETS = 100  # open at once: ten times real code, half of what CPython itself accepts
 MAX_CHAIN = 200  # levels of operators, attributes, calls and subscripts in one expression: four times real code
+MAX_ELIFS = 300  # `elif` branches of one `if` statement: almost four times real code
 
 # Tokens that end an operand: a bracket opened right after one calls or indexes it (a chain link).
 _OPERAND_TYPES = frozenset({tokenize.NAME, tokenize.NUMBER, tokenize.STRING})
@@ -42,6 +49,9 @@ _OPEN, _CLOSE = "([{", ")]}"
 _CONTINUATION = re.compile(r"\\(?:\r\n|\r|\n)")
 _CODE_AHEAD = re.compile(r"[ \t\f]*[^ \t\f\r\n#\\]")
 _SKIPPED = frozenset({tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT})
+# String prefixes whose replacement fields are code: f-strings and t-strings, raw or not.
+_FIELD_PREFIXES = frozenset("ft")
+_TEMPLATE_PREFIXES = frozenset({"t", "rt", "tr"})  # any case
 
 
 @dataclass(frozen=True)
@@ -54,12 +64,12 @@ class Excess:
 
 
 def excess(source: str) -> Optional[Excess]:
-    """The first place `source` goes past `MAX_BRACKETS` or `MAX_CHAIN`, if any.
+    """The first place `source` goes past `MAX_BRACKETS`, `MAX_CHAIN` or `MAX_ELIFS`, if any.
 
     Text the tokenizer cannot follow is measured up to that point: the parser stops there too."""
     scan = _Scan()
     try:
-        for token in tokens(source):
+        for token in _templates_joined(tokens(source)):
             found = scan.feed(token)
             if found is not None:
                 return found
@@ -125,9 +135,11 @@ class _Scan:
     """How deep the parser will nest, token by token: each operator (binary, unary, `not`, `lambda`,
     ...) on the path from the statement down to a token is one level, and so is each attribute,
     call or subscript applied to the operand being read (`a.b(c)[d]`); brackets nest a new count
-    that starts from the depth where they open. An upper bound: precedence only makes trees flatter."""
+    that starts from the depth where they open. An upper bound: precedence only makes trees flatter.
+    It counts the `elif`s of each `if` statement as it goes."""
 
     def __init__(self) -> None:
+        self.elifs = [0]  # for each open indented block, the `elif`s of the `if` statement last begun there
         self._start_statement()
 
     def _start_statement(self) -> None:
@@ -140,14 +152,29 @@ class _Scan:
         if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
             self._start_statement()  # brackets never stay open across the end of a statement
             return None
+        if token.type == tokenize.INDENT:
+            self.elifs.append(0)
+        elif token.type == tokenize.DEDENT:
+            self.elifs.pop()
         if token.type in _SKIPPED:
             return None
+        if self.previous is None:  # the statement's first token
+            found = self._begin_statement(token)
+            if found is not None:
+                return found
         for kind, text in _parts(token):
             self._step(kind, text)
             self.previous = (kind, text)
             found = self._check(token)  # inside an f-string, nesting peaks before the token ends
             if found is not None:
                 return found
+        return None
+
+    def _begin_statement(self, token: tokenize.TokenInfo) -> Optional[Excess]:
+        self.elifs[-1] = self.elifs[-1] + 1 if token.string == "elif" else 0
+        if self.elifs[-1] > MAX_ELIFS:
+            return Excess(*token.start, f"`if` statement too long to analyse: more than {MAX_ELIFS} `elif` branches "
+                                        "(the parser nests each one in the one before); perflsp skipped this file")
         return None
 
     def _step(self, kind: int, text: str) -> None:
@@ -197,11 +224,32 @@ def _is_operator(kind: int, text: str) -> bool:
     return kind == tokenize.NAME and text in _KEYWORD_OPERATORS
 
 
+def _templates_joined(stream: Iterator[tokenize.TokenInfo]) -> Iterator[tokenize.TokenInfo]:
+    """The tokens, with each t-string (PEP 750) as one string token. The tokenizer of Python 3.13
+    and before does not know them: `t"{x}"` comes as the name `t` and a plain string right after
+    it, whose fields libcst parses as code."""
+    held: Optional[tokenize.TokenInfo] = None  # a name that may prefix the string after it
+    for token in stream:
+        if held is not None:
+            if token.type == tokenize.STRING and token.start == held.end:
+                token = token._replace(string=held.string + token.string, start=held.start)
+            else:
+                yield held
+            held = None
+        if token.type == tokenize.NAME and token.string.lower() in _TEMPLATE_PREFIXES:
+            held = token
+        else:
+            yield token
+    if held is not None:
+        yield held
+
+
 def _parts(token: tokenize.TokenInfo) -> Iterator[Tuple[int, str]]:
-    """The token, or for an f-string (one token before Python 3.12, which gives its parts as tokens)
-    the brackets and operators of its replacement fields, character by character: the parser reads
-    those fields as code. Counting characters overestimates, and real f-strings stay far below."""
-    if token.type != tokenize.STRING or "f" not in _prefix(token.string):
+    """The token, or for an f-string or a t-string (one token before Python 3.12, which gives an
+    f-string's parts as tokens, and 3.14, a t-string's) the brackets and operators of its
+    replacement fields, character by character: the parser reads those fields as code. Counting
+    characters overestimates, and real f-strings stay far below."""
+    if token.type != tokenize.STRING or not _FIELD_PREFIXES.intersection(_prefix(token.string)):
         yield token.type, token.string
         return
     text, at, fields = token.string, 0, 0  # `fields`: braces open inside replacement fields
@@ -222,4 +270,4 @@ def _parts(token: tokenize.TokenInfo) -> Iterator[Tuple[int, str]]:
 
 
 def _prefix(literal: str) -> str:
-    return literal[:len(literal) - len(literal.lstrip("rRbBuUfF"))].lower()
+    return literal[:len(literal) - len(literal.lstrip("rRbBuUfFtT"))].lower()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Set, Tuple
+from bisect import bisect_left
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -31,12 +32,12 @@ def value_before(ctx: ModuleContext, name: cst.Name) -> Optional[cst.BaseExpress
                                                  cst.DictComp, cst.GeneratorExp)):
             return None
         if isinstance(parent, (cst.Module, cst.IndentedBlock, cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-            body = list(ctx.top_level() if isinstance(parent, cst.Module) else parent.body)
-            index = next(i for i, stmt in enumerate(body) if stmt is node)
-            for stmt in reversed(body[:index]):
-                found, value = _binds(ctx, stmt, name.value)
-                if found:
-                    return value
+            body, index = ctx.statements(parent)
+            # The last statement before this one that binds the name.
+            bound_at = ctx.scoped((_bound_at, parent), lambda: _bound_at(ctx, body)).get(name.value, ())
+            last = bisect_left(bound_at, index[node]) - 1
+            if last >= 0:
+                return _bindings(ctx, body[bound_at[last]])[name.value]
             if isinstance(parent, cst.Module):
                 return None
             if not isinstance(parent, cst.SimpleStatementLine) and not isinstance(ctx.parent(parent), _STRAIGHT_BLOCKS):
@@ -44,26 +45,36 @@ def value_before(ctx: ModuleContext, name: cst.Name) -> Optional[cst.BaseExpress
         node = parent
 
 
-def _binds(ctx: ModuleContext, stmt: cst.CSTNode, name: str) -> Tuple[bool, Optional[cst.BaseExpression]]:
-    """(True, value) when `stmt` ends with `name = value`; (True, None) when it may rebind `name` otherwise."""
+def _bound_at(ctx: ModuleContext, body: Sequence[cst.CSTNode]) -> Dict[str, List[int]]:
+    """Each name the statements of a block bind -> the indexes of the statements that do, in order:
+    worked out once per block, as a long body has many reads to look back from."""
+    out: Dict[str, List[int]] = {}
+    for index, stmt in enumerate(body):
+        for name in _bindings(ctx, stmt):
+            out.setdefault(name, []).append(index)
+    return out
+
+
+def _bindings(ctx: ModuleContext, stmt: cst.CSTNode) -> Dict[str, Optional[cst.BaseExpression]]:
+    """The names `stmt` binds -> the value when it ends with `name = value`, None when it may
+    rebind the name in another way."""
     if isinstance(stmt, cst.SimpleStatementLine):
-        for small in reversed(stmt.body):
-            found, value = _binds(ctx, small, name)
-            if found:
-                return found, value
-        return False, None
+        out: Dict[str, Optional[cst.BaseExpression]] = {}
+        for small in stmt.body:  # the last one to bind a name decides
+            out.update(_bindings(ctx, small))
+        return out
     if isinstance(stmt, cst.Assign):
-        if any(isinstance(t.target, cst.Name) and t.target.value == name for t in stmt.targets):
-            return True, stmt.value
-        return any(name in ctx.names_in(t.target) for t in stmt.targets), None
+        out = dict.fromkeys((name for t in stmt.targets for name in ctx.names_in(t.target)), None)
+        out.update((t.target.value, stmt.value) for t in stmt.targets if isinstance(t.target, cst.Name))
+        return out
     if isinstance(stmt, (cst.AnnAssign, cst.AugAssign)):
-        if isinstance(stmt.target, cst.Name) and stmt.target.value == name:
-            return True, stmt.value if isinstance(stmt, cst.AnnAssign) else None
-        return False, None
+        if isinstance(stmt.target, cst.Name):
+            return {stmt.target.value: stmt.value if isinstance(stmt, cst.AnnAssign) else None}
+        return {}
     if isinstance(stmt, cst.BaseSmallStatement):
-        return False, None
+        return {}
     # A compound statement that mentions the name at all may rebind it.
-    return name in ctx.names_in(stmt), None
+    return dict.fromkeys(ctx.names_in(stmt), None)
 
 
 def _int(expr: cst.BaseExpression) -> Optional[int]:

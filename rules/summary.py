@@ -20,7 +20,7 @@ from perflsp.rules.hot_table import (
     ONE_OFF_FUNCTIONS, PERIODIC_PREDICATE, SETTING_GRIDS, STEP_ITERABLE, STEP_RANGE_BOUND, TEST_FILE,
 )
 
-VERSION = 8  # bump when the shape or meaning of a summary changes (the cache keys on it)
+VERSION = 9  # bump when the shape or meaning of a summary changes (the cache keys on it)
 MODULE_LEVEL = "<module>"
 
 # Region kinds, innermost region decides: a step loop makes its body and callees per step,
@@ -73,7 +73,9 @@ def summarize_whole(source: str, module: str, is_package: bool = False, path: st
     summary: Dict[str, Any] = {
         "version": VERSION, "module": module, "test": bool(TEST_FILE.search(path.replace("\\", "/"))),
         "imports": {}, "classes": {}, "functions": [], "calls": [], "regions": [],
-        "depth": None,  # the deepest expression, in AST levels; None: the file did not parse
+        # The deepest expression or `elif` chain (each `elif` nests in the one before), in AST levels;
+        # None: the file did not parse.
+        "depth": None,
         # The row where each top-level statement's code starts, one per libcst statement (statements
         # that share rows count once, decorators count): the engine's positions start there.
         "statement_rows": None,
@@ -257,18 +259,7 @@ class _Summarizer:
             self.region(kind, node, scope, lambda: (self.exprs([node.test], scope), self.block(node.body, scope)), trains)
             self.block(node.orelse, scope)
         elif isinstance(node, ast.If):
-            self.exprs([node.test], scope)
-            kind = FAILURE if _fails(node.body) else _rare_block(node, scope.periodic)
-            scope.conditions += 1
-            if kind is None:
-                self.block(node.body, scope)
-            else:  # the `if` up to the end of its body: an `else` runs on the other steps
-                # (a failure's test runs on every step: only its body is rare)
-                start = self.span(node.body[0] if kind == FAILURE else node)[:2]
-                span = start + self.span(node.body[-1])[2:]
-                self.enter(kind, span, node.lineno, scope, lambda: self.block(node.body, scope))
-            self.block(node.orelse, scope)
-            scope.conditions -= 1
+            self.if_chain(node, scope)
         elif isinstance(node, ast.Raise):
             self.region(FAILURE, node, scope, lambda: self.exprs([node.exc, node.cause], scope))
         elif isinstance(node, ast.Assert) and node.msg is not None:
@@ -291,6 +282,32 @@ class _Summarizer:
                         scope.conditions += 1
                         self.block(item.body, scope)
                         scope.conditions -= 1
+
+    def if_chain(self, node: ast.If, scope: _Scope) -> None:
+        """An `if` and its `elif`s, one after the other: `ast` nests each `elif` in the `else` of
+        the one before, and a visit that recursed there would run out of Python's stack on a long
+        chain (at about 450 `elif`s), losing the whole file's summary. The parsers recurse there:
+        the chain counts for the depth."""
+        self.exprs([node.test], scope)
+        scope.conditions += 1  # the tests after the first, and every branch, run only sometimes
+        links = 1
+        while True:
+            kind = FAILURE if _fails(node.body) else _rare_block(node, scope.periodic)
+            if kind is None:
+                self.block(node.body, scope)
+            else:  # the `if` up to the end of its body: an `else` runs on the other steps
+                # (a failure's test runs on every step: only its body is rare)
+                start = self.span(node.body[0] if kind == FAILURE else node)[:2]
+                span = start + self.span(node.body[-1])[2:]
+                self.enter(kind, span, node.lineno, scope, lambda: self.block(node.body, scope))
+            if not (len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)):
+                break
+            node = node.orelse[0]
+            links += 1
+            self.exprs([node.test], scope)
+        self.depth = max(self.depth, links)
+        self.block(node.orelse, scope)
+        scope.conditions -= 1
 
     def function(self, node, scope: _Scope) -> None:
         in_class = scope.class_key is not None and scope.key == scope.class_key

@@ -418,3 +418,76 @@ def test_python_3_12_syntax_is_checked_under_3_12_and_one_pfl000_naming_the_pyth
         assert finding["message"] == (f"SyntaxError: {error}, in Python 3.{sys.version_info.minor}, which perflsp "
                                       "runs under: perflsp did not check this file (if it is a newer Python's "
                                       "syntax, run perflsp under that Python)")
+
+
+# --- round 3: parser limits -------------------------------------------------------------------------
+
+def _check_measured(cwd, *args):
+    """`perflsp check --output-format json --no-cache ARGS` in a subprocess, as `perflsp_cli` runs
+    it: (exit code, findings by file, what the process and its workers used: `os.wait4`'s rusage)."""
+    out, err = cwd / "findings.json", cwd / "stderr.txt"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "perflsp", "check", *args, "--output-format", "json",
+                                    "--no-cache"], cwd=cwd, stdout=stdout, stderr=stderr,
+                                   env=dict(os.environ, PYTHONIOENCODING="utf-8"))
+        _, status, usage = os.wait4(process.pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    assert code in (0, 1), (code, err.read_text())
+    return code, _by_file(json.loads(out.read_text())), usage
+
+
+def test_t_strings_too_deep_for_the_parser_are_one_pfl000_each(tmp_path):
+    # libcst parses the fields of t-strings (PEP 750) as code: 1,500 brackets there killed the process.
+    for name, prefix in [("t.py", "t"), ("raw.py", "rt"), ("upper.py", "Tr")]:
+        (tmp_path / name).write_text(f'y = {prefix}"{{' + "(" * 1500 + "1" + ")" * 1500 + '}"\n')
+    (tmp_path / "loop.py").write_text(LOOP_ITEM)
+    _, found, _ = _check_measured(tmp_path, ".", "--jobs", "2")
+    assert [f["code"] for f in found.pop("loop.py")] == ["PFL101"]
+    for name, [finding] in found.items():
+        assert (finding["code"], finding["location"]) == ("PFL000", {"row": 1, "column": 5}), name
+        assert finding["message"] == ("too deeply nested to analyse: more than 100 brackets open at once here; "
+                                      "perflsp skipped this file")
+    assert sorted(found) == ["raw.py", "t.py", "upper.py"]
+
+
+def _training_loop(elifs):
+    chain = "".join(f"        elif cfg.mode == {i}:\n            z = {i}\n" for i in range(elifs))
+    return ("import torch\n\n\ndef train(model, loader, opt, cfg):\n    for x, y in loader:\n"
+            "        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n"
+            "        if cfg.mode < 0:\n            z = -1\n" + chain + "        print(loss.item())\n")
+
+
+def test_if_statements_with_more_elifs_than_the_parser_takes_are_one_pfl000_never_a_silent_file(tmp_path):
+    # 10,000 `elif`s killed the process (SIGSEGV in libcst's parser); with 500, the summary's
+    # recursion gave out and the loop's `.item()` went unreported without a word.
+    flat = "".join(f"elif a == {i}:\n    pass\n" for i in range(10_000))
+    (tmp_path / "flat.py").write_text("if a:\n    pass\n" + flat)
+    (tmp_path / "chain300.py").write_text(_training_loop(300))
+    (tmp_path / "chain500.py").write_text(_training_loop(500))
+    _, found, _ = _check_measured(tmp_path, ".", "--jobs", "2")
+    [read] = found["chain300.py"]
+    assert (read["code"], read["location"]) == ("PFL101", {"row": 611, "column": 15})
+    message = ("`if` statement too long to analyse: more than 300 `elif` branches (the parser nests each one in "
+               "the one before); perflsp skipped this file")
+    for name, row in [("flat.py", 603), ("chain500.py", 611)]:  # the 301st `elif`
+        [finding] = found[name]
+        assert (finding["code"], finding["message"], finding["location"]["row"]) == ("PFL000", message, row)
+
+
+def test_reads_back_to_back_in_a_long_loop_body_cost_linear_time_and_stay_one_finding(tmp_path):
+    # Each read looked through every statement of the body (is there a synchronize? a binding of
+    # its receiver?): 8,000 reads took 82 s, 4,000 about 20 s of CPU; now about 3.
+    reads = 4000
+    body = "".join(f"        print(loss{i % 7}.item())\n" for i in range(reads))
+    (tmp_path / "train.py").write_text("import torch\n\n\ndef train(model, loader, opt):\n    for x, y in loader:\n"
+                                       "        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n"
+                                       + body)
+    _, found, usage = _check_measured(tmp_path, "train.py", "--jobs", "1")
+    [finding] = found["train.py"]
+    assert (finding["code"], finding["location"]) == ("PFL101", {"row": 9, "column": 15})
+    assert finding["message"] == (
+        "`loss0.item()` waits for the GPU to finish all queued work and copies the value to the host, inside the "
+        "training loop `for x, y in loader` at line 5; keep it on the device and read it once every N steps (with "
+        "`loss1.item()`, `loss2.item()`, `loss3.item()` … right after it, which then wait only for the work queued "
+        "since)")
+    assert usage.ru_utime + usage.ru_stime < 12, f"{usage.ru_utime + usage.ru_stime:.1f} s of CPU"

@@ -6,7 +6,7 @@ import pytest
 
 from perflsp.config import Settings
 from perflsp.rules.engine import check_source
-from perflsp.rules.limits import MAX_BRACKETS, MAX_CHAIN, excess
+from perflsp.rules.limits import MAX_BRACKETS, MAX_CHAIN, MAX_ELIFS, excess
 
 LOOP = "import torch\nfor b in loader:\n    x = {}\n"
 
@@ -46,3 +46,38 @@ def test_text_that_only_looks_deep_is_not_measured():
     commented = "# " + "(" * 500
     separated = ", ".join(["a.b + c"] * 5000)  # long, but flat: elements are siblings
     assert excess("\n".join(["x = " + quoted, "y = " + escaped, commented, "z = [" + separated + "]"])) is None
+
+
+@pytest.mark.parametrize("prefix", ["t", "T", "rt", "rT", "Rt", "RT", "tr", "tR", "Tr", "TR"])
+def test_the_fields_of_t_strings_are_measured_as_code(prefix):
+    # Before Python 3.14 the tokenizer reads `t"..."` as the name `t` and a plain string.
+    [finding] = check_source(LOOP.format(prefix + '"{' + "(" * (MAX_BRACKETS + 1) + '1}"'), "m.py", Settings())
+    assert (finding.code, finding.start.row, finding.start.column) == ("PFL000", 3, 8)
+    assert finding.message.startswith(f"too deeply nested to analyse: more than {MAX_BRACKETS} brackets")
+    assert excess(LOOP.format(prefix + '"{' + "(" * (MAX_BRACKETS - 1) + '1}"')) is None
+    assert excess(LOOP.format(prefix + ' "{' + "(" * (MAX_BRACKETS + 1) + '1}"')) is None  # a name, then a string
+
+
+def _elif_chain(branches, indent=""):
+    return "".join([f"{indent}if a:\n{indent}    pass\n",
+                    *(f"{indent}elif a == {i}:\n{indent}    pass\n" for i in range(branches))])
+
+
+def test_an_if_statement_with_as_many_elifs_as_the_parser_takes_is_analysed():
+    source = "import torch\nfor b in loader:\n" + _elif_chain(MAX_ELIFS, "    ") + "    print(b.item())\n"
+    assert [f.code for f in check_source(source, "m.py", Settings(preview=True))] == ["PFL101"]
+
+
+def test_each_if_statement_counts_its_own_elifs():
+    chains = [_elif_chain(MAX_ELIFS), _elif_chain(MAX_ELIFS),  # one after the other
+              "for b in c:\n" + _elif_chain(MAX_ELIFS, "    ") + "    x = 1\n" + _elif_chain(MAX_ELIFS, "    "),
+              "if a:\n" + _elif_chain(MAX_ELIFS, "    ") + _elif_chain(MAX_ELIFS - 1)[len("if a:\n    pass\n"):]]
+    assert excess("".join(chains)) is None
+
+
+def test_an_if_statement_with_more_elifs_is_one_pfl000_at_the_first_elif_past_the_limit():
+    source = "x = 1\n" + _elif_chain(2 * MAX_ELIFS)
+    [finding] = check_source(source, "m.py", Settings(preview=True))
+    assert (finding.code, finding.start.row, finding.start.column) == ("PFL000", 2 + 2 * (MAX_ELIFS + 1), 0)
+    assert finding.message == (f"`if` statement too long to analyse: more than {MAX_ELIFS} `elif` branches (the "
+                               "parser nests each one in the one before); perflsp skipped this file")

@@ -67,3 +67,30 @@ async def test_a_lone_surrogate_gives_the_findings_and_a_warning_where_it_is(sha
     assert warning.severity == 2  # a warning: the findings stand
     assert warning.message == ("U+D800 is half of a UTF-16 surrogate pair, not a character: no file can hold it; "
                                "perflsp read it as U+FFFD")
+
+
+TEMPLATE = 'x = t"{' + "(" * 1500 + "1" + ")" * 1500 + '}"\n'  # PEP 750: libcst parses its fields as code
+ELIFS = "if a:\n    pass\n" + "".join(f"elif a == {i}:\n    pass\n" for i in range(10_000))
+AFTERWARDS = " (perflsp analyses the file again once it parses)"
+
+
+async def test_a_t_string_too_deep_for_the_parser_leaves_the_server_running(shared):
+    session = await shared(NEOVIM)  # it killed the server's process (SIGSEGV in libcst's parser)
+    template = session.open("template.py", TEMPLATE)
+    [too_deep] = await session.diagnostics(template, version=1, where=lambda ds: len(ds) == 1)
+    assert (too_deep.code, too_deep.range.start.line, too_deep.range.start.character) == ("PFL000", 0, 4)
+    assert too_deep.message == ("too deeply nested to analyse: more than 100 brackets open at once here; perflsp "
+                                "skipped this file" + AFTERWARDS)
+    train = session.open("train.py", TRAIN)
+    assert len(await session.diagnostics(train, version=1, where=lambda ds: len(ds) == 3)) == 3
+
+
+async def test_an_elif_chain_too_long_for_the_parser_leaves_the_server_running(shared):
+    session = await shared(NEOVIM)  # it killed the server's process (SIGSEGV in libcst's parser)
+    chain = session.open("chain.py", ELIFS)
+    [too_long] = await session.diagnostics(chain, version=1, where=lambda ds: len(ds) == 1)
+    assert (too_long.code, too_long.range.start.line, too_long.range.start.character) == ("PFL000", 602, 0)
+    assert too_long.message == ("`if` statement too long to analyse: more than 300 `elif` branches (the parser nests "
+                                "each one in the one before); perflsp skipped this file" + AFTERWARDS)
+    train = session.open("train.py", TRAIN)
+    assert len(await session.diagnostics(train, version=1, where=lambda ds: len(ds) == 3)) == 3
