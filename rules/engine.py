@@ -57,8 +57,10 @@ def check_source(source: str, path: str, settings: Settings,
         return [not_analysed(path, too_deep.row, too_deep.column, too_deep.message)]
     label = line_label or (lambda row: f"line {row}")
     hot = HotMap(facts, source_lines(source), label) if facts else HotMap.for_source(source, path, settings, label)
-    # Before any shortcut: the editor (which always parses) and `perflsp check` must say the same.
-    misread = limits.misread_continuation(source) if _python_parsed(hot) else None
+    # Whatever Python says of the text (libcst parsing the statement an edit changed may accept
+    # what its whole parse refuses), and before any shortcut: the editor, which always parses, and
+    # `perflsp check` must say the same.
+    misread = limits.misread_continuation(source)
     if misread is not None:
         return [not_analysed(path, misread.row, misread.column, misread.message)]
     enabled = enabled_rules(settings, path)
