@@ -21,7 +21,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Deque, Dict, List, Optional, Set
 
-from perflsp.server import end_start_up
+from perflsp.server import end_start_up, release_free_memory
 from perflsp.server.analysis import Good, Result, Stale, analyse
 
 if TYPE_CHECKING:
@@ -40,15 +40,22 @@ COSTS = 3
 # After an analysis the objects that stay (imports, the project graph, results) are moved out of
 # the collector's sight (`gc.freeze`), so the next analysis' full collections do not walk them
 # again: those pauses land in the keystroke latency. Cyclic garbage frozen with them would never
-# be freed, so every `THAW_EVERY` freezes the heap is thawed and collected once (after publishing).
+# be freed, so every `THAW_EVERY` freezes the heap is thawed and collected once (after publishing),
+# sooner once trees of about `THAW_BYTES` were let go, and when a file closes. A tree and its walk
+# (cycles of frames and functions) that a whole parse replaced, the cap dropped or a closed file
+# left stayed frozen for up to 100 analyses: a 10,000-line file grew the server by 7 MB with every
+# edit that spanned statements (bench/README.md, 2026-12-02). A full collection costs about a
+# tenth of the whole parse that let such a tree go.
 GC_FREEZE = os.environ.get("PERFLSP_GC_FREEZE", "1") != "0"  # the variable is a benchmark knob
 THAW_EVERY = 100
+THAW_BYTES = 16 * 2**20
 
 # Each open file keeps the libcst tree of its last version that parsed, and the engine's walk of
 # it, so that an edit re-parses and re-walks only the statement it changed (`perflsp.rules.reparse`).
 # They take ~55 bytes per character of source (measured on timm's vision_transformer.py: 6 MB of
-# tree and 5.5 MB of walk for 200 kB); past this many bytes the trees of the files analysed
-# longest ago are dropped (their next edit parses the whole file).
+# tree and 5.5 MB of walk for 200 kB; ~40 on torch's own code, bench/README.md 2026-12-02); past
+# this many bytes the trees of the files analysed longest ago are dropped (their next edit parses
+# the whole file).
 TREE_BYTES_PER_CHAR = 55
 MAX_TREE_BYTES = int(float(os.environ.get("PERFLSP_MAX_TREE_MB", "256")) * 2**20)
 # `PERFLSP_INCREMENTAL=0` parses (and summarises) every version whole: a benchmark knob.
@@ -87,6 +94,7 @@ class Documents:
         self.tasks: Set[asyncio.Task] = set()
         self.freezes = 0
         self.accepted = 0
+        self.let_go_bytes = 0  # trees let go since the heap was last thawed (estimated: TREE_BYTES_PER_CHAR)
 
     # --- events ----------------------------------------------------------------------------------
 
@@ -133,6 +141,10 @@ class Documents:
         for waiter in unit.waiters:
             if not waiter.done():
                 waiter.cancel()
+        if unit.result is not None:  # its tree, walk and results are garbage now, frozen with the rest
+            self.let_go(_chars(unit.result))
+            if self.freeze(thaw=True):
+                release_free_memory()
         return unit
 
     def relint_all(self, reason: str) -> None:
@@ -217,6 +229,10 @@ class Documents:
         self.accepted += 1
         unit.analysed_at = self.accepted
         self._cap_trees()
+        # A whole parse lets go of a tree the size of the text: the one it replaced, or its own
+        # where no tree is kept (notebooks); a file's first keeps its tree.
+        if not result.incremental and (unit.result is not None or unit.reparser is None):
+            self.let_go(_chars(result))
         unit.result = result
         if not result.degraded:  # only a program that parsed as a whole is the new baseline
             unit.good = {uri: (part.part.text, part.findings) for uri, part in result.parts.items()}
@@ -233,9 +249,12 @@ class Documents:
         self.server.deliver(unit, result, pulled=bool(waiting))
         self.server.projects.analysed()
         if not gc.isenabled():  # the first analysis after start-up is published
-            end_start_up(GC_FREEZE)
+            end_start_up(GC_FREEZE)  # a full collection
+            collected = True
         else:
-            self.freeze()
+            collected = self.freeze()
+        if collected or not result.incremental:
+            release_free_memory()
 
     def _cap_trees(self) -> None:
         """Drop the trees of the files analysed longest ago while they take more than the cap
@@ -247,19 +266,28 @@ class Documents:
                 break
             if not unit.lock.locked():
                 total -= len(unit.reparser.text) * TREE_BYTES_PER_CHAR  # type: ignore[union-attr, arg-type]
+                self.let_go(len(unit.reparser.text))  # type: ignore[union-attr, arg-type]
                 unit.reparser = None
 
-    def freeze(self) -> None:
-        """Hide what survived the analysis from the collector (see `GC_FREEZE`); never while another runs."""
+    def let_go(self, chars: int) -> None:
+        """A tree of a text of `chars` characters (and its walk) became garbage, frozen maybe."""
+        self.let_go_bytes += chars * TREE_BYTES_PER_CHAR
+
+    def freeze(self, thaw: bool = False) -> bool:
+        """Hide what survived the analysis from the collector (see `GC_FREEZE`); never while another
+        runs. `thaw`: collect the whole heap first, whatever was let go. Whether it was collected."""
         if not GC_FREEZE or self.in_flight:
-            return
+            return False
         self.freezes += 1
-        if self.freezes % THAW_EVERY == 0:
+        thaw = thaw or self.freezes % THAW_EVERY == 0 or self.let_go_bytes > THAW_BYTES
+        if thaw:
             gc.unfreeze()
             gc.collect()
+            self.let_go_bytes = 0
         else:
             gc.collect(1)  # the young garbage of this analysis, not kept forever
         gc.freeze()
+        return thaw
 
     def _release(self, unit: Unit) -> None:
         # Nothing new will come for this generation: answer the waiting requests with what the
@@ -300,3 +328,8 @@ class Documents:
             if unit.timer is not None:
                 unit.timer.cancel()
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _chars(result: Result) -> int:
+    """The characters a result's tree was parsed from (none when nothing was parsed)."""
+    return 0 if result.skipped else sum(len(part.part.text) for part in result.parts.values())

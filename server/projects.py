@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 from urllib.parse import unquote
 
+from perflsp.server import release_free_memory
 from perflsp.server.analysis import file_source
 from perflsp.server.workspace import CACHE_DIR, inside, lower_thread_priority
 
@@ -197,6 +198,8 @@ class Projects:
                 log.exception("perflsp: building the project graph of %s failed; its files are judged alone",
                               index.root)
                 return
+            finally:
+                release_free_memory()  # what summarising every file of the folder freed
             try:
                 loop.call_soon_threadsafe(self.check_soon, 0.0)
             except RuntimeError:  # the loop closed meanwhile (exit)
