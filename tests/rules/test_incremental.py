@@ -54,7 +54,7 @@ PIECES = [" ", "x", "(", ")", ":", "\n", "\n    ", "\n        ", "#", "\n# note\
           " \\\n", " \\\n        ", "\\\n", "    \\\n", "        \\\n"]
 EDIT = st.tuples(st.sampled_from(["insert", "delete", "paste", "line", "end"]), st.integers(0, 10**9),
                  st.integers(0, 10**9), st.sampled_from(PIECES))
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
