@@ -48,9 +48,9 @@ def check_source(source: str, path: str, settings: Settings,
     """
     if suppress.ignores_file(source):
         return []
-    # libcst would crash the process or take minutes on it. The token scan costs a fifth of the
-    # parse: a summary that saw every expression and `elif` chain shallow (CPython's own parser
-    # already refuses more than 200 nested brackets) makes it unnecessary.
+    # libcst would crash the process, take minutes or gigabytes on it. The token scan costs a fifth
+    # of the parse: a summary that saw every expression and `elif` chain shallow (CPython's own
+    # parser already refuses more than 200 nested brackets) makes it unnecessary.
     too_deep = None if _shallow(facts) else limits.excess(source)
     if too_deep is not None:
         return [not_analysed(path, too_deep.row, too_deep.column, too_deep.message)]
@@ -86,8 +86,8 @@ def _only_in_training_loops(rule: Rule, settings: Settings) -> bool:
 
 
 def _shallow(facts: Optional[Dict[str, Any]]) -> bool:
-    """The summary parsed the file, and no expression or `elif` chain in it is deep enough to
-    reach the limits."""
+    """The summary parsed the file (so it has no more than `limits.MAX_TOKENS` tokens), and no
+    expression or `elif` chain in it is deep enough to reach the other limits."""
     depth = facts["summary"].get("depth") if facts else None
     return depth is not None and depth <= min(limits.MAX_BRACKETS, limits.MAX_CHAIN, limits.MAX_ELIFS)
 

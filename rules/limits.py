@@ -11,13 +11,17 @@ of their length (`a + a + ...`: 2,000 terms 0.4 s, 4,000 terms 2 s, 20,000 terms
 engine's own walk of the tree is Python recursion, which gives out between 150 and 200 nested
 brackets, between 300 and 500 chained operators and at about 480 `elif`s (libcst's code
 generation, for positions); the summary's `ast` gives out at 2,985 `elif`s (Python 3.11).
+The parser also holds 2 to 4 KiB of memory per token and takes 3 to 9 s of CPU per 100,000: a
+list literal of 900,000 numbers in a 2.7 MB file took 3.4 GB and a minute (its `ast`, 0.9 GB).
+A token is at least one character: only a text longer than `MAX_TOKENS` characters is counted.
 
 Real code is nowhere near: over the 11,586 Python files of 28 PyTorch projects, measured by this
 module, the most brackets open at once is 10 and the deepest chain 50 (kornia's unrolled 3x3
 non-maximum suppression, `(ct > x[...]) & (ct > x[...]) & ...`); over the 8,565 files of torch,
 numpy, sympy, matplotlib and the standard library, the longest `if`/`elif` chain has 80 branches
-(torch._dynamo's `VariableBuilder`). A file past the limits below is not parsed: the engine
-reports PFL000 where it goes past.
+(torch._dynamo's `VariableBuilder`) and the largest file 196,000 tokens (torch's
+`common_methods_invocations.py`: 760 MB and 18 s in libcst). A file past the limits below is not
+parsed: the engine reports PFL000 where it goes past.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ from perflsp.rules.lines import tokens
 MAX_BRACKETS = 100  # open at once: ten times real code, half of what CPython itself accepts
 MAX_CHAIN = 200  # levels of operators, attributes, calls and subscripts in one expression: four times real code
 MAX_ELIFS = 300  # `elif` branches of one `if` statement: almost four times real code
+MAX_TOKENS = 250_000  # in one file: a quarter more than the largest real file measured
 
 # Tokens that end an operand: a bracket opened right after one calls or indexes it (a chain link).
 _OPERAND_TYPES = frozenset({tokenize.NAME, tokenize.NUMBER, tokenize.STRING})
@@ -40,6 +45,7 @@ _NOT_CHAINING = frozenset({",", ";", ":", "=", "->", ":=", "...", "!", "+=", "-=
                            "@=", "&=", "|=", "^=", ">>=", "<<=", "**="})
 _OPEN, _CLOSE = "([{", ")]}"
 _SKIPPED = frozenset({tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT})
+_NOT_NODES = _SKIPPED | {tokenize.NEWLINE, tokenize.ENDMARKER}  # tokens not counted against `MAX_TOKENS`
 # String prefixes whose replacement fields are code: f-strings and t-strings, raw or not.
 _FIELD_PREFIXES = frozenset("ft")
 _TEMPLATE_PREFIXES = frozenset({"t", "rt", "tr"})  # any case
@@ -55,7 +61,7 @@ class Excess:
 
 
 def excess(source: str) -> Optional[Excess]:
-    """The first place `source` goes past `MAX_BRACKETS`, `MAX_CHAIN` or `MAX_ELIFS`, if any.
+    """The first place `source` goes past `MAX_BRACKETS`, `MAX_CHAIN`, `MAX_ELIFS` or `MAX_TOKENS`, if any.
 
     Text the tokenizer cannot follow is measured up to that point: the parser stops there too."""
     scan = _Scan()
@@ -67,6 +73,26 @@ def excess(source: str) -> Optional[Excess]:
     except (tokenize.TokenError, SyntaxError):
         pass
     return None
+
+
+def count_tokens(text: str) -> int:
+    """The tokens of `text` that the parser makes nodes of, counted up to one past `MAX_TOKENS`
+    (text the tokenizer cannot follow, up to there)."""
+    count = 0
+    try:
+        for token in _templates_joined(tokens(text)):
+            count += token.type not in _NOT_NODES
+            if count > MAX_TOKENS:
+                break
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return count
+
+
+def tokens_in(text: str) -> Optional[int]:
+    """`count_tokens(text)`, or None for a text of `MAX_TOKENS` characters or fewer: a token is at
+    least one character, so such a text cannot have too many, and most texts are never counted."""
+    return count_tokens(text) if len(text) > MAX_TOKENS else None
 
 
 class _Frame:
@@ -86,9 +112,10 @@ class _Scan:
     ...) on the path from the statement down to a token is one level, and so is each attribute,
     call or subscript applied to the operand being read (`a.b(c)[d]`); brackets nest a new count
     that starts from the depth where they open. An upper bound: precedence only makes trees flatter.
-    It counts the `elif`s of each `if` statement as it goes."""
+    It counts the tokens of the file, and the `elif`s of each `if` statement, as it goes."""
 
     def __init__(self) -> None:
+        self.tokens = 0  # read so far, of the kinds the parser makes nodes of
         self.elifs = [0]  # for each open indented block, the `elif`s of the `if` statement last begun there
         self._start_statement()
 
@@ -108,16 +135,24 @@ class _Scan:
             self.elifs.pop()
         if token.type in _SKIPPED:
             return None
-        if self.previous is None:  # the statement's first token
+        found = self._count(token)
+        if found is None and self.previous is None:
             found = self._begin_statement(token)
-            if found is not None:
-                return found
+        if found is not None:
+            return found
         for kind, text in _parts(token):
             self._step(kind, text)
             self.previous = (kind, text)
             found = self._check(token)  # inside an f-string, nesting peaks before the token ends
             if found is not None:
                 return found
+        return None
+
+    def _count(self, token: tokenize.TokenInfo) -> Optional[Excess]:
+        self.tokens += 1
+        if self.tokens > MAX_TOKENS:
+            return Excess(*token.start, f"file too large to analyse: more than {MAX_TOKENS:,} tokens (the parser "
+                                        "holds 2 to 4 KiB of memory for each); perflsp skipped this file")
         return None
 
     def _begin_statement(self, token: tokenize.TokenInfo) -> Optional[Excess]:

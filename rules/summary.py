@@ -15,6 +15,7 @@ import warnings
 from functools import lru_cache
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
+from perflsp.rules import limits
 from perflsp.rules.hot_table import (
     ACCUMULATION, COLD_FUNCTIONS, COLD_PREFIXES, HOT_COMMENT, HOT_MARKERS, LAZY_READY, LOADER_ITERABLE,
     ONE_OFF_FUNCTIONS, PERIODIC_PREDICATE, SETTING_GRIDS, STEP_ITERABLE, STEP_RANGE_BOUND, TEST_FILE,
@@ -54,7 +55,8 @@ def source_lines(source: str) -> List[str]:
 
 
 def summarize(source: str, module: str, is_package: bool = False, path: str = "") -> Dict[str, Any]:
-    """The summary of one file's source; a file `ast` cannot parse gets an empty one.
+    """The summary of one file's source; a file `ast` cannot parse, or that has more tokens than
+    the parser takes (`limits.MAX_TOKENS`), gets an empty one.
 
     The summaries of the last few texts are remembered: the same text again costs nothing, and a
     text that differs from a remembered one inside one top-level statement is summarised again
@@ -74,12 +76,15 @@ def summarize_whole(source: str, module: str, is_package: bool = False, path: st
         "version": VERSION, "module": module, "test": bool(TEST_FILE.search(path.replace("\\", "/"))),
         "imports": {}, "classes": {}, "functions": [], "calls": [], "regions": [],
         # The deepest expression or `elif` chain (each `elif` nests in the one before), in AST levels;
-        # None: the file did not parse.
+        # None: the file did not parse, or has more tokens than the parser takes (`limits.MAX_TOKENS`).
         "depth": None,
         # The row where each top-level statement's code starts, one per libcst statement (statements
         # that share rows count once, decorators count): the engine's positions start there.
         "statement_rows": None,
     }
+    tokens = limits.tokens_in(source)
+    if tokens is not None and tokens > limits.MAX_TOKENS:
+        return summary, None  # the engine will not parse it either, and its `ast` takes 0.5 KiB a token
     try:
         with warnings.catch_warnings():  # invalid escapes and the like are the user's linter's business
             warnings.simplefilter("ignore")
@@ -94,7 +99,7 @@ def summarize_whole(source: str, module: str, is_package: bool = False, path: st
         summary["depth"] = summarizer.depth
     except RecursionError:  # absurdly nested code: what was summarised so far stands, its depth unknown
         table = None
-    return summary, table
+    return summary, table._replace(tokens=tokens) if table is not None else None
 
 
 class ModuleState(NamedTuple):
@@ -124,6 +129,7 @@ class Group:
 class Table(NamedTuple):
     groups: List[Group]
     after: ModuleState  # the state after the last group
+    tokens: Optional[int] = None  # the text's `limits.tokens_in`
 
 
 def statement_groups(body: List[ast.stmt]) -> List[List[ast.stmt]]:

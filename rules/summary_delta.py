@@ -18,10 +18,12 @@ import threading
 import warnings
 from bisect import bisect_right
 from collections import OrderedDict
+from functools import lru_cache
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
+from perflsp.rules import limits
 from perflsp.rules import summary as S
-from perflsp.rules.lines import changed_rows
+from perflsp.rules.lines import changed_rows, row_starts
 
 log = logging.getLogger("perflsp")
 
@@ -85,6 +87,9 @@ def resummarize(known: _Known, source: str, is_package: bool) -> Optional[Tuple[
     last = old.last + delta
     begin = new_starts[old.first - 1]
     end = new_starts[last] if last < len(new_starts) else len(source)
+    tokens = _tokens(known, old, source, source[begin:end])
+    if tokens is not None and tokens > limits.MAX_TOKENS:
+        return None  # summarised whole, which leaves out a text past what the parser takes
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -111,7 +116,26 @@ def resummarize(known: _Known, source: str, is_package: bool) -> Optional[Tuple[
                    classes={}, depth=max(g.depth for g in new_groups), statement_rows=[g.first for g in new_groups])
     for g in new_groups:
         summary["classes"].update(g.classes)
-    return summary, S.Table(new_groups, old_table.after)
+    return summary, S.Table(new_groups, old_table.after, tokens)
+
+
+def _tokens(known: _Known, old: S.Group, source: str, group_text: str) -> Optional[int]:
+    """`limits.tokens_in(source)`, where only the group `old` of the known text changed, into
+    `group_text`: a text that grows past the limit a statement at a time is caught, and a large
+    one is not counted whole again at every keystroke."""
+    if len(source) <= limits.MAX_TOKENS:
+        return None
+    counted = known.table.tokens  # type: ignore[union-attr]
+    if counted is None:  # the known text was too short to be counted
+        return limits.count_tokens(source)
+    starts = row_starts(known.source)
+    end = starts[old.last] if old.last < len(starts) else len(known.source)
+    return counted - _count_tokens(known.source[starts[old.first - 1]:end]) + _count_tokens(group_text)
+
+
+@lru_cache(maxsize=2)  # typing in a statement: an edit's old text is the edit before's new one
+def _count_tokens(group_text: str) -> int:
+    return limits.count_tokens(group_text)
 
 
 def _moved(group: S.Group, delta: int) -> S.Group:

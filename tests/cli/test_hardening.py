@@ -319,6 +319,19 @@ def test_if_statements_with_more_elifs_than_the_parser_takes_are_one_pfl000_neve
         assert (finding["code"], finding["message"], finding["location"]["row"]) == ("PFL000", message, row)
 
 
+def test_a_file_with_more_tokens_than_the_parser_takes_is_one_pfl000_without_the_memory(tmp_path):
+    # A 2.7 MB list literal: libcst took 3.4 GB (and the summary's `ast` 0.9 GB) and aborted.
+    (tmp_path / "table.py").write_text("x = [" + "1, " * 900_000 + "]\n")
+    (tmp_path / "loop.py").write_text(LOOP_ITEM)
+    _, found, usage = _check_measured(tmp_path, ".", "--jobs", "1")
+    assert [f["code"] for f in found["loop.py"]] == ["PFL101"]
+    [finding] = found["table.py"]
+    assert (finding["code"], finding["location"]) == ("PFL000", {"row": 1, "column": 375_001})  # the 250,001st token
+    assert finding["message"] == ("file too large to analyse: more than 250,000 tokens (the parser holds 2 to 4 KiB "
+                                  "of memory for each); perflsp skipped this file")
+    assert usage.ru_maxrss < 250 * 1024, f"peak RSS {usage.ru_maxrss // 1024} MiB"  # about 60 MiB; KiB on Linux
+
+
 def test_reads_back_to_back_in_a_long_loop_body_cost_linear_time_and_stay_one_finding(tmp_path):
     # Each read looked through every statement of the body (is there a synchronize? a binding of
     # its receiver?): 8,000 reads took 82 s, 4,000 about 20 s of CPU; now about 3.

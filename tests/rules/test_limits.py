@@ -6,7 +6,8 @@ import pytest
 
 from perflsp.config import Settings
 from perflsp.rules.engine import check_source
-from perflsp.rules.limits import MAX_BRACKETS, MAX_CHAIN, MAX_ELIFS, excess
+from perflsp.rules.limits import MAX_BRACKETS, MAX_CHAIN, MAX_ELIFS, MAX_TOKENS, excess
+from perflsp.rules.summary import summarize, summarize_whole
 
 LOOP = "import torch\nfor b in loader:\n    x = {}\n"
 
@@ -81,3 +82,21 @@ def test_an_if_statement_with_more_elifs_is_one_pfl000_at_the_first_elif_past_th
     assert (finding.code, finding.start.row, finding.start.column) == ("PFL000", 2 + 2 * (MAX_ELIFS + 1), 0)
     assert finding.message == (f"`if` statement too long to analyse: more than {MAX_ELIFS} `elif` branches (the "
                                "parser nests each one in the one before); perflsp skipped this file")
+
+
+def test_a_file_with_more_tokens_than_the_parser_takes_is_one_pfl000():
+    elements = MAX_TOKENS // 2  # `x = [` and `]` make it two tokens more than the limit
+    source = "x = [" + "1, " * elements + "]\n"
+    [finding] = check_source(source, "m.py", Settings(preview=True))
+    # the token past the limit: the comma after element `elements - 2`
+    assert (finding.code, finding.start.row, finding.start.column) == ("PFL000", 1, len("x = [1") + 3 * (elements - 2))
+    assert finding.message == (f"file too large to analyse: more than {MAX_TOKENS:,} tokens (the parser holds 2 to "
+                               "4 KiB of memory for each); perflsp skipped this file")
+
+
+def test_a_text_that_grows_past_the_token_limit_one_statement_at_a_time_gets_the_summary_of_a_whole_one():
+    long = 's = "' + "a" * MAX_TOKENS + '"\n'  # counted (longer than the limit), and one token
+    assert summarize(long + "x = [1]\n", "grows")["depth"] == 2  # remembered, the next text summarised from it
+    grown = long + "x = [" + "1, " * (MAX_TOKENS // 2) + "]\n"
+    summary = summarize(grown, "grows")
+    assert summary["depth"] is None and summary == summarize_whole(grown, "grows")[0]
