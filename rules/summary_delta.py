@@ -18,6 +18,7 @@ import threading
 import warnings
 from bisect import bisect_right
 from collections import OrderedDict
+from functools import lru_cache
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from perflsp.rules import limits
@@ -129,7 +130,12 @@ def _tokens(known: _Known, old: S.Group, source: str, group_text: str) -> Option
         return limits.count_tokens(source)
     starts = row_starts(known.source)
     end = starts[old.last] if old.last < len(starts) else len(known.source)
-    return counted - limits.count_tokens(known.source[starts[old.first - 1]:end]) + limits.count_tokens(group_text)
+    return counted - _count_tokens(known.source[starts[old.first - 1]:end]) + _count_tokens(group_text)
+
+
+@lru_cache(maxsize=2)  # typing in a statement: an edit's old text is the edit before's new one
+def _count_tokens(group_text: str) -> int:
+    return limits.count_tokens(group_text)
 
 
 def _moved(group: S.Group, delta: int) -> S.Group:
