@@ -8,6 +8,7 @@ import time
 import pytest
 from lsprotocol import types as T
 
+from tests.rules.test_project_index import STAGE  # the same file, checked through the server
 from tests.server.conftest import NEOVIM, VSCODE
 
 pytestmark = pytest.mark.filterwarnings("error::pytest_lsp.LspSpecificationWarning")
@@ -125,22 +126,6 @@ async def until(condition, timeout=15.0):
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.02)
-
-
-STAGE = """\
-# one
-# two
-import torch
-
-
-def stage(t):
-    return t.pin_memory().cuda()
-
-
-def train(model, loader):
-    for x in loader:
-        model(stage(x))
-"""
 
 
 def hot_line(diagnostic):
