@@ -74,23 +74,18 @@ ELIFS = "if a:\n    pass\n" + "".join(f"elif a == {i}:\n    pass\n" for i in ran
 AFTERWARDS = " (perflsp analyses the file again once it parses)"
 
 
-async def test_a_t_string_too_deep_for_the_parser_leaves_the_server_running(shared):
-    session = await shared(NEOVIM)  # it killed the server's process (SIGSEGV in libcst's parser)
-    template = session.open("template.py", TEMPLATE)
-    [too_deep] = await session.diagnostics(template, version=1, where=lambda ds: len(ds) == 1)
-    assert (too_deep.code, too_deep.range.start.line, too_deep.range.start.character) == ("PFL000", 0, 4)
-    assert too_deep.message == ("too deeply nested to analyse: more than 100 brackets open at once here; perflsp "
-                                "skipped this file" + AFTERWARDS)
-    train = session.open("train.py", TRAIN)
-    assert len(await session.diagnostics(train, version=1, where=lambda ds: len(ds) == 3)) == 3
-
-
-async def test_an_elif_chain_too_long_for_the_parser_leaves_the_server_running(shared):
-    session = await shared(NEOVIM)  # it killed the server's process (SIGSEGV in libcst's parser)
-    chain = session.open("chain.py", ELIFS)
-    [too_long] = await session.diagnostics(chain, version=1, where=lambda ds: len(ds) == 1)
-    assert (too_long.code, too_long.range.start.line, too_long.range.start.character) == ("PFL000", 602, 0)
-    assert too_long.message == ("`if` statement too long to analyse: more than 300 `elif` branches (the parser nests "
-                                "each one in the one before); perflsp skipped this file" + AFTERWARDS)
+@pytest.mark.parametrize("name, text, where, message", [
+    ("template.py", TEMPLATE, (0, 4),
+     "too deeply nested to analyse: more than 100 brackets open at once here; perflsp skipped this file"),
+    ("chain.py", ELIFS, (602, 0),
+     "`if` statement too long to analyse: more than 300 `elif` branches (the parser nests each one in the one "
+     "before); perflsp skipped this file"),
+])
+async def test_text_past_the_parser_in_native_code_leaves_the_server_running(shared, name, text, where, message):
+    session = await shared(NEOVIM)  # each killed the server's process (SIGSEGV in libcst's parser)
+    uri = session.open(name, text)
+    [skipped] = await session.diagnostics(uri, version=1, where=lambda ds: len(ds) == 1)
+    assert (skipped.code, skipped.range.start.line, skipped.range.start.character) == ("PFL000", *where)
+    assert skipped.message == message + AFTERWARDS
     train = session.open("train.py", TRAIN)
     assert len(await session.diagnostics(train, version=1, where=lambda ds: len(ds) == 3)) == 3
