@@ -88,6 +88,9 @@ class Rule:
     # preview mode it reports only there.
     preview_outside_training_loops: ClassVar[bool] = False
     tier_reason: ClassVar[str] = ""  # why the rule is stable, or not yet on by default: the evidence
+    # Reported from a recorded run (`perflsp record`, `perflsp.rules.evidence`), never from the text
+    # alone: its examples are programs, recorded by the tests rather than checked as text.
+    measured: ClassVar[bool] = False
     options: ClassVar[Dict[str, Option]] = {}
     valid: ClassVar[Sequence[str]] = ()
     invalid: ClassVar[Sequence[Invalid]] = ()

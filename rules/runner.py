@@ -50,6 +50,7 @@ class FileResult:
     findings: List[Finding] = field(default_factory=list)
     error: Optional[str] = None  # the file could not be read or was skipped, and why
     cached: bool = False
+    refuted: List[Finding] = field(default_factory=list)  # findings a recorded run refuted (`evidence`)
 
 
 # --- discovery -----------------------------------------------------------------------------------
@@ -289,12 +290,14 @@ class Cache:
             return None
         return found if found["module"] == module else None
 
-    def findings(self, path: Path, digest: str, key: str) -> Optional[List[Finding]]:
+    def findings(self, path: Path, digest: str, key: str, slot: str = "") -> Optional[List[Finding]]:
+        """`slot`: "" for the findings of the file's own settings, "preview_" for those of every
+        tier that a recorded run may confirm (`_apply_evidence`)."""
         entry = self.entries.get(str(path.resolve()), {})
-        if entry.get("digest") != digest or entry.get("key") != key:
+        if entry.get("digest") != digest or entry.get(slot + "key") != key:
             return None
         try:
-            return [Finding.from_dict({**d, "filename": str(path)}) for d in entry["findings"]]
+            return [Finding.from_dict({**d, "filename": str(path)}) for d in entry[slot + "findings"]]
         except (KeyError, TypeError, ValueError, AttributeError):
             self._discard("findings of the wrong shape", str(path.resolve()))
             return None
@@ -382,11 +385,14 @@ FactsOf = Callable[[Path, str], Optional[Dict[str, Any]]]  # (path, its text) ->
 
 
 def check_paths(files: Sequence[Path], overrides: Mapping[str, Any] = {}, jobs: int = 0,
-                cache: Optional[Cache] = None, facts_of: Optional[FactsOf] = None) -> List[FileResult]:
+                cache: Optional[Cache] = None, facts_of: Optional[FactsOf] = None,
+                recorded: bool = True) -> List[FileResult]:
     """Check `files` as one project: summaries (cached by content), the project graph, then the
     files whose content, settings or per-step facts changed (`jobs` worker processes; 0 = one per core).
     With `facts_of` the graph is one kept elsewhere (the language server's, of a whole folder), so a
-    few files can be checked without losing the evidence in the rest of the project."""
+    few files can be checked without losing the evidence in the rest of the project. `recorded`:
+    apply a recorded run's evidence (`perflsp record`), which the static candidates of the next
+    record must not see."""
     from perflsp.rules.project import facts_digest
 
     settings = _SettingsByFolder(overrides)
@@ -419,9 +425,77 @@ def check_paths(files: Sequence[Path], overrides: Mapping[str, Any] = {}, jobs: 
             digest = known[path][0]
             if cache is not None and error is None and digest is not None:
                 cache.put(Path(path), digest, key=keys[path], findings=dicts)
+        evidence = _recorded_runs(files, settings) if recorded else {}
+        if evidence:
+            _apply_evidence(results, evidence, known, settings, cache)
     if cache is not None:
         cache.save()
     return [results[str(p)] for p in files]
+
+
+def _recorded_runs(files: Sequence[Path], settings: "_SettingsByFolder") -> Dict[str, Any]:
+    """path -> that file's recorded evidence (`perflsp record`), for the files a record holds."""
+    from perflsp.rules.evidence import load_evidence
+
+    runs: Dict[str, Any] = {}
+    for root in {settings(path).root for path in files if settings(path).root}:
+        found = load_evidence(Path(root))
+        if found is not None:
+            runs[str(Path(root).resolve())] = found
+    if not runs:
+        return {}
+    by_path: Dict[str, Any] = {}
+    for path in files:
+        root = settings(path).root
+        run = runs.get(str(Path(root).resolve())) if root else None
+        if run is None or path.suffix == ".ipynb":
+            continue
+        try:
+            relative = path.resolve().relative_to(Path(root).resolve()).as_posix()  # type: ignore[arg-type]
+        except ValueError:
+            continue
+        lines = run.lines_of(relative)
+        if lines is not None:
+            by_path[str(path)] = lines
+    return by_path
+
+
+def _apply_evidence(results: Dict[str, FileResult], recorded: Dict[str, Any], known: "Known",
+                    settings: "_SettingsByFolder", cache: Optional[Cache]) -> None:
+    """Confirm, refute or add findings from the record (`perflsp.rules.evidence`): a file with
+    evidence is also checked in preview mode, whose findings the record may confirm."""
+    from perflsp.rules import suppress
+    from perflsp.rules.evidence import MEASURED_SYNC, judge
+    from perflsp.rules.project import facts_digest
+    from perflsp.rules.registry import all_rules
+
+    scope_of = {rule.code: rule.scope for rule in all_rules()}
+    for path, evidence in recorded.items():
+        result = results[path]
+        if result.error is not None:
+            continue
+        own = settings(Path(path))
+        try:
+            text = read_text(Path(path))
+        except (OSError, ValueError):
+            continue
+        if suppress.ignores_file(text):
+            continue
+        everything = result.findings
+        if not own.preview:
+            wider = own.with_overrides({"preview": True}, "perflsp record")
+            digest, facts = known[path][0], known[path][1]
+            key = f"{wider.fingerprint()}:{facts_digest(facts) if facts else '-'}"
+            hit = cache.findings(Path(path), digest, key, slot="preview_") if cache is not None and digest else None
+            everything = hit if hit is not None else check_text(text, path, wider, facts)
+            if cache is not None and hit is None and digest:
+                cache.put(Path(path), digest, preview_key=key, preview_findings=[f.to_dict() for f in everything])
+        findings, refuted = judge(path, result.findings, everything, evidence, text, scope_of,
+                                  own.is_enabled(MEASURED_SYNC, path))
+        comments = suppress.comments_by_row(text)
+        result.findings = [f for f in findings if f.code != MEASURED_SYNC
+                           or not suppress.is_suppressed(f.code, {f.start.row}, comments)]
+        result.refuted = refuted
 
 
 Known = Dict[str, Tuple[Optional[str], Optional[Dict[str, Any]], Optional[str]]]  # path -> digest, facts, error

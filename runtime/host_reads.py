@@ -1,0 +1,284 @@
+"""Which tensors a program sends to its compute device, and where it reads them back on the host.
+
+A `TorchFunctionMode` sees every torch call the program makes, above dispatch: there `.cpu()`,
+`.item()` or `float(t)` are calls of their own even when every tensor lives on the CPU (below
+dispatch a `.cpu()` of a CPU tensor is no op at all), so the record tells, on a machine without
+an accelerator, which reads would wait for one.
+
+Bound tensors. A tensor is bound for the compute device when it lives on an accelerator, or was
+sent to the device the program computes on although that device is the CPU here: the result of
+`.to(device)` or `.cuda()`, of a factory called with `device=`, and the parameters and buffers of
+a module moved with `.to(device)`. A move whose line spells the CPU (`.to("cpu")`,
+`torch.device("cpu")`) is a move to the host, not to the compute device. The mark travels: every
+tensor a torch call returns is bound when one of its tensor arguments is, and a bound parameter's
+gradient is bound.
+
+Reads. Per line of workspace code (the innermost frame of the user's own files that made the
+call): host reads by kind (`HOST_READ_KINDS`) of bound tensors and of host tensors, host-to-device
+copies, and for lines that hold a static candidate, what the tensors were (device, bound, dtype,
+numel). On an accelerator a read's wall time is the stall it caused.
+"""
+from __future__ import annotations
+
+import linecache
+import re
+import sys
+import time
+import weakref
+from types import CodeType, FrameType
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+Line = Tuple[str, int]
+
+_READS = {"item": "item", "tolist": "tolist", "numpy": "numpy", "cpu": "cpu", "__bool__": "bool",
+          "__int__": "int", "__float__": "float", "__index__": "index", "__format__": "format",
+          "__repr__": "format", "__str__": "format", "equal": "equal"}
+# Calls whose result's size depends on the data: the host must learn it before anything continues.
+_DATA_SHAPED = {"nonzero", "masked_select", "unique", "unique_consecutive", "argwhere", "bincount"}
+_MOVES = {"to", "cuda"}
+_HOST_COPIES = {"tensor", "as_tensor"}  # factories that copy host data into a new tensor
+_SPELLS_CPU = re.compile(r"""(['"])cpu\1""")
+
+
+class Tally:
+    """Per line, named counters for the step under way, and totals over whole steps."""
+
+    def __init__(self) -> None:
+        self.step: Dict[Tuple[Line, str], float] = {}
+        self.totals: Dict[Tuple[Line, str], float] = {}
+        self.steps_seen: Dict[Tuple[Line, str], int] = {}
+
+    def add(self, line: Line, counter: str, amount: float = 1) -> None:
+        key = (line, counter)
+        self.step[key] = self.step.get(key, 0) + amount
+
+    def end_step(self) -> None:
+        for key, amount in self.step.items():
+            self.totals[key] = self.totals.get(key, 0) + amount
+            self.steps_seen[key] = self.steps_seen.get(key, 0) + 1
+        self.step = {}
+
+    def forget_step(self) -> None:
+        self.step = {}
+
+
+class Bound:
+    """The ids of tensors bound for the compute device (a tensor's own attributes would travel
+    with it into checkpoints; an id leaves the moment its tensor is freed)."""
+
+    def __init__(self) -> None:
+        self._refs: Dict[int, Any] = {}
+
+    def __contains__(self, tensor: Any) -> bool:
+        return not tensor.is_cpu or id(tensor) in self._refs
+
+    def add(self, tensor: Any) -> None:
+        key = id(tensor)
+        if key in self._refs or not tensor.is_cpu:
+            return
+        refs = self._refs
+        self._refs[key] = weakref.ref(tensor, lambda _, key=key: refs.pop(key, None))
+        if tensor.is_leaf and tensor.requires_grad:
+            # A bound parameter's gradient is computed where the parameter lives.
+            tensor.register_post_accumulate_grad_hook(lambda p: self.add(p.grad) if p.grad is not None else None)
+
+
+class HostReadMode(TorchFunctionMode):
+    """See the module docstring. `armed`: the program is inside the recorded steps."""
+
+    def __init__(self, relative_path: Callable[[str], Optional[str]], candidates: Iterable[Line]):
+        super().__init__()
+        self.relative_path = relative_path
+        self.candidates: FrozenSet[Line] = frozenset(candidates)
+        self.bound = Bound()
+        self.tally = Tally()
+        self.operands: Dict[Line, Dict[Tuple[str, bool, str], int]] = {}
+        self.armed = False
+        self.reading = False  # inside a read this mode counts: a sync warning from it is counted already
+        self._where: Dict[CodeType, Optional[str]] = {}
+        self._spells_cpu: Dict[Line, bool] = {}
+
+    # --- attribution ---------------------------------------------------------------------------
+
+    def where(self, frame: Optional[FrameType]) -> Optional[Line]:
+        """The innermost frame of workspace code, as (file, line); None when there is none."""
+        found = self._frame_of_workspace(frame)
+        return (self._where[found.f_code], found.f_lineno) if found is not None else None  # type: ignore[return-value]
+
+    def _frame_of_workspace(self, frame: Optional[FrameType]) -> Optional[FrameType]:
+        cache, relative = self._where, self.relative_path
+        while frame is not None:
+            code = frame.f_code
+            try:
+                path = cache[code]
+            except KeyError:
+                path = cache[code] = relative(code.co_filename)
+            if path is not None:
+                return frame
+            frame = frame.f_back
+        return None
+
+    def _spelled_cpu(self, frame: FrameType) -> bool:
+        """The move's line of workspace code names the CPU (`.to("cpu")`): a move to the host."""
+        found = self._frame_of_workspace(frame)
+        if found is None:
+            return False
+        line = (self._where[found.f_code], found.f_lineno)  # type: ignore[assignment]
+        spells = self._spells_cpu.get(line)  # type: ignore[arg-type]
+        if spells is None:
+            text = linecache.getline(found.f_code.co_filename, found.f_lineno)
+            spells = self._spells_cpu[line] = bool(_SPELLS_CPU.search(text))  # type: ignore[index]
+        return spells
+
+    # --- the mode --------------------------------------------------------------------------------
+
+    def __torch_function__(self, func: Any, types: Any, args: Tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        read = _READS.get(name)
+        if read is None and (name in _DATA_SHAPED or (name == "__getitem__" and _bool_index(args))
+                             or (name == "repeat_interleave" and "output_size" not in kwargs)
+                             or (name == "where" and len(args) == 1)):
+            read = "data-dependent-shape"
+        if read is not None:
+            return self._read(func, read, args, kwargs)
+        if name in _MOVES or "device" in kwargs:
+            return self._move(func, name, args, kwargs)
+        out = func(*args, **kwargs)
+        bound = self.bound
+        if _any_bound(args, bound) or (kwargs and _any_bound(kwargs.values(), bound)):
+            _tag(out, bound)
+        if self.armed:
+            self._operands(args, out, sys._getframe(1))
+        return out
+
+    def _read(self, func: Any, kind: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        tensor = _first_tensor(args)
+        on_device = tensor is not None and tensor in self.bound
+        if not self.armed:
+            out = func(*args, **kwargs)
+        else:
+            self.reading = True
+            started = time.perf_counter()
+            try:
+                out = func(*args, **kwargs)
+            finally:
+                self.reading = False
+            line = self.where(sys._getframe(1))
+            if line is not None and tensor is not None:
+                if on_device:
+                    self.tally.add(line, "read:" + kind)
+                    if not tensor.is_cpu:  # a real accelerator: the call waited for it
+                        self.tally.add(line, "stall_us", (time.perf_counter() - started) * 1e6)
+                else:
+                    self.tally.add(line, "host-read")
+                self._operand(line, tensor)
+        if on_device and kind == "data-dependent-shape":
+            _tag(out, self.bound)
+        return out
+
+    def _move(self, func: Any, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        out = func(*args, **kwargs)
+        source = args[0] if name in _MOVES and args and isinstance(args[0], torch.Tensor) else None
+        frame = sys._getframe(1)
+        to_device = True if name == "cuda" else self._to_compute_device(name, args, kwargs, frame)
+        source_bound = source is not None and source in self.bound
+        if self.armed and not (to_device is False and source_bound):
+            # Before the result is marked: a move within the CPU returns its source itself.
+            self._operands(args, out, frame)
+        if to_device is None:  # `.to(dtype)`: the data stays where it is
+            if source_bound:
+                _tag(out, self.bound)
+        elif to_device:
+            _tag(out, self.bound)
+            from_host = not source_bound if source is not None else name in _HOST_COPIES
+            line = self.where(frame) if from_host and self.armed else None
+            if line is not None:
+                self.tally.add(line, "h2d")
+        elif source_bound and self.armed:
+            line = self.where(frame)
+            if line is not None:
+                self.tally.add(line, "read:to-host")
+                self._operand(line, source)
+        return out
+
+    def _to_compute_device(self, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                           frame: FrameType) -> Optional[bool]:
+        """True: the call sends its result to the compute device; False: to the host; None: it
+        names no device."""
+        if name == "to":
+            other = next((a for a in list(args[1:]) + list(kwargs.values()) if isinstance(a, torch.Tensor)), None)
+            if other is not None:
+                return other in self.bound
+            try:
+                device = torch._C._nn._parse_to(*args[1:], **kwargs)[0]
+            except (TypeError, RuntimeError):
+                return None
+        else:
+            device = kwargs.get("device")
+        if device is None:
+            return None
+        if torch.device(device).type != "cpu":
+            return True
+        return not self._spelled_cpu(frame)
+
+    def _operands(self, args: Tuple[Any, ...], out: Any, frame: FrameType) -> None:
+        """On a candidate line: the call's first tensor argument, else the tensor it made."""
+        tensor = _first_tensor(args)
+        if tensor is None:
+            tensor = out if isinstance(out, torch.Tensor) else None
+        if tensor is None:
+            return
+        line = self.where(frame)
+        if line is not None and line in self.candidates:
+            self.tally.add(line, "tensor-op")
+            self._operand(line, tensor)
+
+    def _operand(self, line: Line, tensor: Any) -> None:
+        key = (str(tensor.device), tensor in self.bound, str(tensor.dtype).replace("torch.", ""))
+        seen = self.operands.setdefault(line, {})
+        seen[key] = max(seen.get(key, 0), tensor.numel())
+
+    def end_step(self) -> None:
+        self.tally.end_step()
+
+
+def _first_tensor(args: Tuple[Any, ...]) -> Any:
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            return arg
+        if isinstance(arg, (list, tuple)) and arg and isinstance(arg[0], torch.Tensor):
+            return arg[0]
+    return None
+
+
+def _any_bound(values: Iterable[Any], bound: Bound) -> bool:
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            if value in bound:
+                return True
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, torch.Tensor) and item in bound:
+                    return True
+    return False
+
+
+def _tag(out: Any, bound: Bound) -> None:
+    if isinstance(out, torch.Tensor):
+        bound.add(out)
+    elif isinstance(out, (list, tuple)):
+        for item in out:
+            if isinstance(item, torch.Tensor):
+                bound.add(item)
+
+
+def _bool_index(args: Tuple[Any, ...]) -> bool:
+    if len(args) < 2:
+        return False
+    index = args[1]
+    items: List[Any] = list(index) if isinstance(index, tuple) else [index]
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in items)
