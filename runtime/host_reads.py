@@ -186,7 +186,7 @@ class HostReadMode(TorchFunctionMode):
         frame = sys._getframe(1)
         to_device = True if name == "cuda" else self._to_compute_device(name, args, kwargs, frame)
         source_bound = source is not None and source in self.bound
-        if self.armed and not (to_device is False and source_bound):
+        if self.armed and source is not None and not (to_device is False and source_bound):
             # Before the result is marked: a move within the CPU returns its source itself.
             self._operands(args, out, frame)
         if to_device is None:  # `.to(dtype)`: the data stays where it is
@@ -203,6 +203,8 @@ class HostReadMode(TorchFunctionMode):
             if line is not None:
                 self.tally.add(line, "read:to-host")
                 self._operand(line, source)
+        if self.armed and source is None:  # a factory: what it made, once marked
+            self._operands(args, out, frame)
         return out
 
     def _to_compute_device(self, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],

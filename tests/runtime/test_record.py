@@ -133,3 +133,67 @@ def test_evidence_applies_only_to_the_lines_that_did_not_change(recorded, tmp_pa
     assert (line_of(source, "callback read"), "PFL108") in found  # moved, unchanged: found by its text
     assert (line_of(source, "off branch"), "PFL101") in found  # changed: the static tier decides again
     assert (line_of(source, "lazy init"), "PFL101") not in found  # moved, unchanged: still refuted
+
+
+def _record_and_check(workspace, *record_args):
+    (workspace / "perflsp.toml").write_text("")
+    out = perflsp("record", "--progress", "none", *record_args, cwd=workspace)
+    assert out.returncode == 0, out.stdout + out.stderr
+    check = perflsp("check", "--no-cache", "--output-format", "json", ".", cwd=workspace)
+    return json.loads((workspace / ".perflsp" / "evidence.json").read_text()), json.loads(check.stdout)
+
+
+def _flagged_text(source: str, finding) -> str:
+    lines = source.splitlines()
+    start, end = finding["location"], finding["end_location"]
+    assert start["row"] == end["row"]
+    return lines[start["row"] - 1][start["column"] - 1:end["column"] - 1]
+
+
+def test_pfl108_examples_are_what_a_record_reports(tmp_path):
+    rule = rule_by_code("PFL108")
+    for index, example in enumerate(rule.invalid):
+        workspace = tmp_path / f"invalid{index}"
+        workspace.mkdir()
+        (workspace / "train.py").write_text(example.code)
+        _, findings = _record_and_check(workspace, "--", "python", "train.py")
+        measured = [f for f in findings if f["code"] == "PFL108"]
+        assert measured and _flagged_text(example.code, measured[0]) == example.flagged, findings
+    for index, code in enumerate(rule.valid):
+        workspace = tmp_path / f"valid{index}"
+        workspace.mkdir()
+        (workspace / "train.py").write_text(code)
+        _, findings = _record_and_check(workspace, "--", "python", "train.py")
+        assert not [f for f in findings if f["code"] == "PFL108"], findings
+
+
+INFERENCE = '''import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def predict(model, batch):
+    scores = model(batch.to(device))
+    return scores.argmax(dim=1).tolist()  # case: labels to the host
+
+
+def main():
+    model = torch.nn.Linear(16, 4).to(device).eval()
+    with torch.no_grad():
+        for _ in range(50):
+            predict(model, torch.randn(8, 16))
+
+
+main()
+'''
+
+
+def test_inference_counts_calls_of_the_step_function_as_steps(tmp_path):
+    (tmp_path / "infer.py").write_text(INFERENCE)
+    evidence, findings = _record_and_check(tmp_path, "--steps", "3", "--step-function", "infer.py:predict",
+                                           "--", "python", "infer.py")
+    assert evidence["step_source"] == "function" and evidence["steps"] == 3
+    row = line_of(tmp_path / "infer.py", "labels to the host")
+    [entry] = [e for e in evidence["lines"] if e["line"] == row]
+    assert entry["host_reads"] == {"tolist": 3} and entry["host_read_steps"] == 3
+    assert row in {f["location"]["row"] for f in findings}
