@@ -40,6 +40,7 @@ _READS = {"item": "item", "tolist": "tolist", "numpy": "numpy", "cpu": "cpu", "_
 _DATA_SHAPED = {"nonzero", "masked_select", "unique", "unique_consecutive", "argwhere", "bincount"}
 _MOVES = {"to", "cuda"}
 _HOST_COPIES = {"tensor", "as_tensor"}  # factories that copy host data into a new tensor
+_SEQUENCES = (list, tuple)
 _SPELLS_CPU = re.compile(r"""(['"])cpu\1""")
 
 
@@ -66,33 +67,44 @@ class Tally:
 
 
 class Bound:
-    """The ids of tensors bound for the compute device (a tensor's own attributes would travel
-    with it into checkpoints; an id leaves the moment its tensor is freed)."""
+    """The tensors bound for the compute device, by id (a tensor's own attributes would travel
+    with it into checkpoints). A weak reference per id tells a live tensor from a freed one whose
+    id was reused (cheaper than a callback per tensor); freed ones are swept whenever the table
+    has doubled."""
 
     def __init__(self) -> None:
-        self._refs: Dict[int, Any] = {}
+        self.refs: Dict[int, Any] = {}
+        self.accelerated = torch.cuda.is_available()  # else every tensor is on the CPU: ids decide
+        self._sweep_at = 4096
 
     def __contains__(self, tensor: Any) -> bool:
-        return not tensor.is_cpu or id(tensor) in self._refs
+        ref = self.refs.get(id(tensor))
+        return (ref is not None and ref() is tensor) or (self.accelerated and not tensor.is_cpu)
 
     def add(self, tensor: Any) -> None:
-        key = id(tensor)
-        if key in self._refs or not tensor.is_cpu:
+        ref = self.refs.get(id(tensor))
+        if ref is not None and ref() is tensor or self.accelerated and not tensor.is_cpu:
             return
-        refs = self._refs
-        self._refs[key] = weakref.ref(tensor, lambda _, key=key: refs.pop(key, None))
+        self.refs[id(tensor)] = weakref.ref(tensor)
+        if len(self.refs) > self._sweep_at:
+            self.refs = {key: ref for key, ref in self.refs.items() if ref() is not None}
+            self._sweep_at = max(4096, 2 * len(self.refs))
         if tensor.is_leaf and tensor.requires_grad:
             # A bound parameter's gradient is computed where the parameter lives.
             tensor.register_post_accumulate_grad_hook(lambda p: self.add(p.grad) if p.grad is not None else None)
 
 
 class HostReadMode(TorchFunctionMode):
-    """See the module docstring. `armed`: the program is inside the recorded steps."""
+    """See the module docstring. `armed`: the program is inside the recorded steps. `lines`:
+    the line recorder's counts, whose `active` is the candidate line running now (None when
+    none is): what a torch call made from there ran on is that line's operands."""
 
-    def __init__(self, relative_path: Callable[[str], Optional[str]], candidates: Iterable[Line]):
+    def __init__(self, relative_path: Callable[[str], Optional[str]], candidates: Iterable[Line],
+                 lines: Any = None):
         super().__init__()
         self.relative_path = relative_path
         self.candidates: FrozenSet[Line] = frozenset(candidates)
+        self.lines = lines
         self.bound = Bound()
         self.tally = Tally()
         self.operands: Dict[Line, Dict[Tuple[str, bool, str], int]] = {}
@@ -100,6 +112,7 @@ class HostReadMode(TorchFunctionMode):
         self.reading = False  # inside a read this mode counts: a sync warning from it is counted already
         self._where: Dict[CodeType, Optional[str]] = {}
         self._spells_cpu: Dict[Line, bool] = {}
+        self._kinds: Dict[Any, str] = {}  # torch function -> "", or "read", "move", "shape?" (see `_kind_of`)
 
     # --- attribution ---------------------------------------------------------------------------
 
@@ -136,23 +149,46 @@ class HostReadMode(TorchFunctionMode):
     # --- the mode --------------------------------------------------------------------------------
 
     def __torch_function__(self, func: Any, types: Any, args: Tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
-        read = _READS.get(name)
-        if read is None and (name in _DATA_SHAPED or (name == "__getitem__" and _bool_index(args))
-                             or (name == "repeat_interleave" and "output_size" not in kwargs)
-                             or (name == "where" and len(args) == 1)):
-            read = "data-dependent-shape"
-        if read is not None:
-            return self._read(func, read, args, kwargs)
-        if name in _MOVES or "device" in kwargs:
+        # Every torch call of the program comes through here: the common case stays short.
+        kind = self._kinds.get(func)
+        if kind is None:
+            kind = self._kinds[func] = _kind_of(func)
+        if kind or kwargs and "device" in kwargs:
+            return self._special(func, kind, args, kwargs or {})
+        out = func(*args, **kwargs) if kwargs else func(*args)
+        bound = self.bound
+        if bound.refs or bound.accelerated:
+            for arg in args:
+                if isinstance(arg, torch.Tensor):
+                    if arg in bound:
+                        _tag(out, bound)
+                        break
+                elif type(arg) in _SEQUENCES and _any_bound(arg, bound):
+                    _tag(out, bound)
+                    break
+            else:
+                if kwargs and _any_bound(kwargs.values(), bound):
+                    _tag(out, bound)
+        if self.armed:
+            active = self.lines.active if self.lines is not None else None
+            if active is not None:
+                self._operand_of(active, args, out)
+        return out
+
+    def _special(self, func: Any, kind: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        name = func.__name__
+        if kind == "read":
+            return self._read(func, _READS[name], args, kwargs)
+        if kind == "shape" or (name == "__getitem__" and _bool_index(args)) or (
+                name == "repeat_interleave" and "output_size" not in kwargs) or (name == "where" and len(args) == 1):
+            return self._read(func, "data-dependent-shape", args, kwargs)
+        if kind == "move" or "device" in kwargs:
             return self._move(func, name, args, kwargs)
         out = func(*args, **kwargs)
-        bound = self.bound
-        if _any_bound(args, bound) or (kwargs and _any_bound(kwargs.values(), bound)):
-            _tag(out, bound)
-        if self.armed:
-            self._operands(args, out, sys._getframe(1))
+        if _any_bound(args, self.bound) or _any_bound(kwargs.values(), self.bound):
+            _tag(out, self.bound)
+        if self.armed and self.lines is not None and self.lines.active is not None:
+            self._operand_of(self.lines.active, args, out)
         return out
 
     def _read(self, func: Any, kind: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
@@ -186,9 +222,10 @@ class HostReadMode(TorchFunctionMode):
         frame = sys._getframe(1)
         to_device = True if name == "cuda" else self._to_compute_device(name, args, kwargs, frame)
         source_bound = source is not None and source in self.bound
-        if self.armed and source is not None and not (to_device is False and source_bound):
+        active = self.lines.active if self.armed and self.lines is not None else None
+        if active is not None and source is not None and not (to_device is False and source_bound):
             # Before the result is marked: a move within the CPU returns its source itself.
-            self._operands(args, out, frame)
+            self._operand_of(active, args, out)
         if to_device is None:  # `.to(dtype)`: the data stays where it is
             if source_bound:
                 _tag(out, self.bound)
@@ -203,8 +240,8 @@ class HostReadMode(TorchFunctionMode):
             if line is not None:
                 self.tally.add(line, "read:to-host")
                 self._operand(line, source)
-        if self.armed and source is None:  # a factory: what it made, once marked
-            self._operands(args, out, frame)
+        if active is not None and source is None:  # a factory: what it made, once marked
+            self._operand_of(active, args, out)
         return out
 
     def _to_compute_device(self, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
@@ -227,15 +264,12 @@ class HostReadMode(TorchFunctionMode):
             return True
         return not self._spelled_cpu(frame)
 
-    def _operands(self, args: Tuple[Any, ...], out: Any, frame: FrameType) -> None:
+    def _operand_of(self, line: Line, args: Tuple[Any, ...], out: Any) -> None:
         """On a candidate line: the call's first tensor argument, else the tensor it made."""
         tensor = _first_tensor(args)
         if tensor is None:
             tensor = out if isinstance(out, torch.Tensor) else None
-        if tensor is None:
-            return
-        line = self.where(frame)
-        if line is not None and line in self.candidates:
+        if tensor is not None:
             self.tally.add(line, "tensor-op")
             self._operand(line, tensor)
 
@@ -246,6 +280,53 @@ class HostReadMode(TorchFunctionMode):
 
     def end_step(self) -> None:
         self.tally.end_step()
+
+
+class QuietOptimizer:
+    """No torch-function handling inside `Optimizer.step()`: most of the torch calls of a small
+    step are the optimizer's own (a `p.grad` read per parameter, the update), yet none of them is
+    the user's line and none reads on the host. The parameters it updates in place stay marked;
+    syncs inside it still reach `cuda_syncs`. The post-hook must run before any hook that may
+    stop the program: `install` registers both before the step counter's."""
+
+    def __init__(self) -> None:
+        self._off: Any = None
+        self._handles: List[Any] = []
+
+    def install(self) -> "QuietOptimizer":
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        self._handles = [register_optimizer_step_pre_hook(self._before),
+                         register_optimizer_step_post_hook(self._after)]
+        return self
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._after()
+
+    def _before(self, *hook_args: Any) -> None:
+        if self._off is None:
+            self._off = torch._C.DisableTorchFunction()
+            self._off.__enter__()
+
+    def _after(self, *hook_args: Any) -> None:
+        if self._off is not None:
+            self._off.__exit__(None, None, None)
+            self._off = None
+
+
+def _kind_of(func: Any) -> str:
+    """"read", "shape" (a data-dependent size: a read), "maybe-shape" (one for some arguments),
+    "move", or "" for the calls that only compute."""
+    name = getattr(func, "__name__", "")
+    if name in _READS:
+        return "read"
+    if name in _DATA_SHAPED:
+        return "shape"
+    if name in ("__getitem__", "repeat_interleave", "where"):
+        return "maybe-shape"
+    return "move" if name in _MOVES or name in _HOST_COPIES else ""
 
 
 def _first_tensor(args: Tuple[Any, ...]) -> Any:

@@ -2,17 +2,20 @@
 
 `perflsp record` hands the child the lines that hold a static candidate. Line events are
 switched on only in the code objects that contain one of them: on Python 3.12+ `sys.monitoring`
-sees each code object's first start (PY_START), turns LINE events on for that code object alone
-when it holds a wanted line, and answers DISABLE everywhere else, so other code runs at full
-speed after its first call. Older Pythons have `sys.settrace`: the global function sees every
-call, and hands a line tracer (`f_trace`) only to frames of those code objects.
+sees each code object's first start (PY_START), turns LINE and PY_RETURN events on for that code
+object alone when it holds a wanted line, and answers DISABLE everywhere else, so other code runs
+at full speed after its first call. Older Pythons have `sys.settrace`: the global function sees
+every call, and hands a line tracer (`f_trace`) only to frames of those code objects.
+
+Besides the counts, `LineCounts.active` is the wanted line running now: the torch calls made
+while it runs (in it, or in the functions it calls) are the line's, for `host_reads`.
 """
 from __future__ import annotations
 
 import sys
 import threading
 from types import CodeType, FrameType
-from typing import Any, Callable, Dict, FrozenSet, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 Line = Tuple[str, int]  # (path relative to the workspace, 1-based line)
 
@@ -21,6 +24,7 @@ class LineCounts:
     """Executions of each wanted line: in the step under way, and in the whole steps so far."""
 
     def __init__(self) -> None:
+        self.active: Optional[Line] = None  # the wanted line running now, in the innermost frame that has one
         self.step: Dict[Line, int] = {}
         self.setup: Dict[Line, int] = {}  # before the first recorded step (start-up, warm-up)
         self.runs: Dict[Line, int] = {}
@@ -83,18 +87,27 @@ class _TracedLines:
     def __init__(self, recorder: LineRecorder):
         lines_of, counts = recorder.lines_of, recorder.counts
 
+        known = recorder._lines_of
+
         def on_call(frame: FrameType, event: str, arg: Any) -> Any:
-            found = lines_of(frame.f_code)
+            # Called for every Python call in the program: a dict hit for all but a code object's first.
+            code = frame.f_code
+            found = known[code] if code in known else lines_of(code)
             if found is None:
-                frame.f_trace_lines = False
                 return None
             path, own = found
+            caller = counts.active  # the caller's line goes on once this frame returns
 
             def on_line(frame: FrameType, event: str, arg: Any) -> Any:
-                if event == "line" and frame.f_lineno in own:
-                    key = (path, frame.f_lineno)
-                    step = counts.step
-                    step[key] = step.get(key, 0) + 1
+                if event == "line":
+                    if frame.f_lineno in own:
+                        key = counts.active = (path, frame.f_lineno)
+                        step = counts.step
+                        step[key] = step.get(key, 0) + 1
+                    else:
+                        counts.active = None
+                elif event == "return":
+                    counts.active = caller
                 return on_line
 
             return on_line
@@ -123,20 +136,34 @@ class _MonitoringLines:
         lines_of, counts, events = recorder.lines_of, recorder.counts, monitoring.events
         disable = monitoring.DISABLE
 
+        callers: List[Optional[Line]] = []  # the active line of each frame of wanted code under way
+
         def on_start(code: CodeType, offset: int) -> Any:
-            if lines_of(code) is not None:
-                monitoring.set_local_events(self.tool, code, events.LINE)
-            return disable
+            if lines_of(code) is None:
+                return disable
+            if code not in self.watched:
+                self.watched.add(code)
+                monitoring.set_local_events(self.tool, code, events.LINE | events.PY_RETURN)
+            callers.append(counts.active)
+            return None
+
+        def on_return(code: CodeType, offset: int, value: Any) -> Any:
+            # A frame left by an exception returns no value: its caller's line is restored at the
+            # caller's next line event instead.
+            counts.active = callers.pop() if callers else None
+            return None
 
         def on_line(code: CodeType, line: int) -> Any:
             found = lines_of(code)
             if found is None or line not in found[1]:
-                return disable  # this line's event, in this code object, never again
-            key = (found[0], line)
+                counts.active = None
+                return None
+            key = counts.active = (found[0], line)
             counts.step[key] = counts.step.get(key, 0) + 1
             return None
 
-        self.callbacks = {events.PY_START: on_start, events.LINE: on_line}
+        self.watched: Set[CodeType] = set()
+        self.callbacks = {events.PY_START: on_start, events.PY_RETURN: on_return, events.LINE: on_line}
 
     def install(self) -> None:
         if self.tool is None:

@@ -41,7 +41,7 @@ class RecordSession:
         self.files = WorkspaceFiles(self.workspace, job.get("cwd") or os.getcwd())
         candidates = [(path, int(line)) for path, line in job.get("candidates", [])]
         self.lines = LineRecorder(candidates, self.files.relative_path)
-        self.mode = HostReadMode(self.files.relative_path, candidates)
+        self.mode = HostReadMode(self.files.relative_path, candidates, self.lines.counts)
         self.syncs = SyncWatch(self.mode)
         self.warmup = int(job.get("warmup", 2))
         self.wanted = int(job.get("steps", 5))
@@ -155,6 +155,7 @@ def run_record(job: Any) -> int:
     """The `record` job: run the program, write the evidence as the job's result."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
+    from perflsp.runtime.host_reads import QuietOptimizer
     from perflsp.runtime.targets import UsageError, parse_target
 
     d = job.data
@@ -162,6 +163,7 @@ def run_record(job: Any) -> int:
     session = RecordSession(dict(d, reporter=job.reporter))
     cwd = d.get("cwd") or os.getcwd()
     target = parse_target(d["step_function"], Path(cwd)) if d.get("step_function") else None
+    quiet = QuietOptimizer().install()  # before the step counter's post-hook, which may stop the program
     handle = register_optimizer_step_post_hook(session.optimizer_stepped) if target is None else None
     program.activate(session if target is not None else None)  # type: ignore[arg-type]
     job.reporter.phase("program", command)
@@ -186,5 +188,6 @@ def run_record(job: Any) -> int:
         program.activate(None)
         if handle is not None:
             handle.remove()
+        quiet.remove()
     write_json_atomic(d["result"], {"evidence": session.document(command, ended), "error": error})
     return EXIT_OK

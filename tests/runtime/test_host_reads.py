@@ -5,6 +5,7 @@ The user's code is a real module in a temporary workspace, run in this process o
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import warnings
 
@@ -14,6 +15,7 @@ import torch
 from perflsp.runtime.cuda_syncs import SyncWatch
 from perflsp.runtime.host_reads import HostReadMode
 from perflsp.runtime.hot_record import WorkspaceFiles
+from perflsp.runtime.line_record import LineRecorder
 
 PROGRAM = '''
 import torch
@@ -70,14 +72,26 @@ def program(tmp_path):
     return module, files, line
 
 
+@contextlib.contextmanager
+def recording(files, candidates):
+    """The mode with the line recorder that tells it which candidate line is running, as in a record."""
+    lines = LineRecorder(candidates, files.relative_path)
+    mode = HostReadMode(files.relative_path, candidates, lines.counts)
+    lines.start()
+    try:
+        with mode:
+            yield mode
+    finally:
+        lines.stop()
+
+
 def _recorded(mode, line):
     return {counter: amount for (at, counter), amount in mode.tally.totals.items() if at == line}
 
 
 def test_reads_of_tensors_sent_to_the_device_are_counted_where_the_program_made_them(program):
     module, files, line = program
-    mode = HostReadMode(files.relative_path, [line("move")])
-    with mode:
+    with recording(files, [line("move")]) as mode:
         net = module.model()
         mode.armed = True
         module.step(net, torch.randn(3, 4))
@@ -93,8 +107,7 @@ def test_reads_of_tensors_sent_to_the_device_are_counted_where_the_program_made_
 
 def test_the_mark_travels_through_state_dict_and_stays_off_host_tensors(program):
     module, files, line = program
-    mode = HostReadMode(files.relative_path, [line("factory")])
-    with mode:
+    with recording(files, [line("factory")]) as mode:
         net = module.model()
         mode.armed = True
         module.ema(net)
@@ -107,8 +120,7 @@ def test_the_mark_travels_through_state_dict_and_stays_off_host_tensors(program)
 
 def test_nothing_is_counted_before_the_recorders_are_armed(program):
     module, files, line = program
-    mode = HostReadMode(files.relative_path, [line("move")])
-    with mode:
+    with recording(files, [line("move")]) as mode:
         net = module.model()
         module.step(net, torch.randn(3, 4))
         mode.end_step()
