@@ -14,8 +14,8 @@ PFL108 finding of its own.
 
 Evidence applies to a line only while its text is the one that ran (a hash per line, leading and
 trailing blanks aside); a line that moved is found again by its text when that text is unique
-among the recorded lines of its file. Setup rules (`scope = "setup"`, a DataLoader built once)
-are about code that runs once: evidence leaves them alone. Fewer than `MIN_STEPS` recorded steps
+among the recorded lines of its file. Setup rules (`SETUP_RULES`, a DataLoader built once) are
+about code that runs once: evidence leaves them alone. Fewer than `MIN_STEPS` recorded steps
 confirm and refute nothing. Reading never raises: a missing file is None, a malformed one or one
 of another version is None with a warning in the log.
 """
@@ -36,6 +36,11 @@ log = logging.getLogger("perflsp")
 
 MAX_EVIDENCE_BYTES = 64 * 1024 * 1024
 MEASURED_SYNC = "PFL108"
+# The rules of code that runs once by design (`scope = "setup"`: a DataLoader built once), which
+# evidence leaves alone. Named here so that reading evidence never imports the rule modules (and
+# libcst) in a check whose files all come from the cache; tests/rules/test_evidence.py holds it
+# to the registry.
+SETUP_RULES = frozenset({"PFL601", "PFL602", "PFL603", "PFL604", "PFL606"})
 SYNC_GROUP = "PFL1"
 _COUNTS = ("setup_runs", "runs", "steps", "tensor_ops", "host_read_steps", "host_reads_of_host_tensors",
            "h2d_copies", "h2d_steps", "syncs")  # the integer fields of a line
@@ -119,10 +124,10 @@ class FileEvidence:
             return record
         return self._unique.get(digest)
 
-    def verdict(self, code: str, scope: str, record: LineRecord) -> Optional[Verdict]:
+    def verdict(self, code: str, record: LineRecord) -> Optional[Verdict]:
         """Confirmed, refuted, or None (the static tier decides)."""
         steps = self.run.steps
-        if steps < MIN_STEPS or scope == "setup":
+        if steps < MIN_STEPS or code in SETUP_RULES:
             return None
         seen = seen_cost(record, steps)
         if seen is not None:
@@ -245,7 +250,7 @@ def _text(block: Dict[str, Any], name: str) -> Optional[str]:
 # --- judging a file's findings --------------------------------------------------------------------
 
 def judge(path: str, default: Iterable[Finding], everything: Iterable[Finding], evidence: FileEvidence,
-          source: str, scope_of: Mapping[str, str], measured_enabled: bool) -> Tuple[List[Finding], List[Finding]]:
+          source: str, measured_enabled: bool) -> Tuple[List[Finding], List[Finding]]:
     """(findings to report, refuted findings) of one file.
 
     `default`: the findings of the file's own tier; `everything`: those of every tier (preview
@@ -259,7 +264,7 @@ def judge(path: str, default: Iterable[Finding], everything: Iterable[Finding], 
         if key in reported or key in refuted:
             continue
         record = evidence.at(finding.start.row, lines)
-        verdict = evidence.verdict(finding.code, scope_of.get(finding.code, "hot"), record) if record else None
+        verdict = evidence.verdict(finding.code, record) if record else None
         if verdict is None:
             if key in shown:
                 reported[key] = finding

@@ -467,9 +467,6 @@ def _apply_evidence(results: Dict[str, FileResult], recorded: Dict[str, Any], kn
     from perflsp.rules import suppress
     from perflsp.rules.evidence import MEASURED_SYNC, judge
     from perflsp.rules.project import facts_digest
-    from perflsp.rules.registry import all_rules
-
-    scope_of = {rule.code: rule.scope for rule in all_rules()}
     for path, evidence in recorded.items():
         result = results[path]
         if result.error is not None:
@@ -490,7 +487,7 @@ def _apply_evidence(results: Dict[str, FileResult], recorded: Dict[str, Any], kn
             everything = hit if hit is not None else check_text(text, path, wider, facts)
             if cache is not None and hit is None and digest:
                 cache.put(Path(path), digest, preview_key=key, preview_findings=[f.to_dict() for f in everything])
-        findings, refuted = judge(path, result.findings, everything, evidence, text, scope_of,
+        findings, refuted = judge(path, result.findings, everything, evidence, text,
                                   own.is_enabled(MEASURED_SYNC, path))
         comments = suppress.comments_by_row(text)
         result.findings = [f for f in findings if f.code != MEASURED_SYNC

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from perflsp.evidence_file import line_hash
 from perflsp.rules import runner
-from perflsp.rules.evidence import load_evidence
+from perflsp.rules.evidence import SETUP_RULES, load_evidence
+from perflsp.rules.registry import all_rules
 
 SOURCE = '''import torch
 
@@ -127,3 +128,7 @@ def test_a_bad_evidence_file_is_ignored_with_a_warning(tmp_path, caplog):
         assert why in caplog.text
         found, refuted = _check(workspace)
         assert (DEBUG_ITEM, "PFL101") in found and not refuted
+
+
+def test_the_setup_rules_evidence_leaves_alone_are_the_registrys():
+    assert SETUP_RULES == {rule.code for rule in all_rules() if rule.scope == "setup"}
