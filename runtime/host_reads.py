@@ -75,7 +75,13 @@ class Bound:
     def __init__(self) -> None:
         self.refs: Dict[int, Any] = {}
         self.accelerated = torch.cuda.is_available()  # else every tensor is on the CPU: ids decide
-        self._sweep_at = 4096
+        self.sweep_at = 4096
+
+    def sweep(self) -> None:
+        """Forget the freed tensors, in place (callers hold the table); whenever it has doubled."""
+        for key in [key for key, ref in self.refs.items() if ref() is None]:
+            del self.refs[key]
+        self.sweep_at = max(4096, 2 * len(self.refs))
 
     def __contains__(self, tensor: Any) -> bool:
         ref = self.refs.get(id(tensor))
@@ -86,9 +92,8 @@ class Bound:
         if ref is not None and ref() is tensor or self.accelerated and not tensor.is_cpu:
             return
         self.refs[id(tensor)] = weakref.ref(tensor)
-        if len(self.refs) > self._sweep_at:
-            self.refs = {key: ref for key, ref in self.refs.items() if ref() is not None}
-            self._sweep_at = max(4096, 2 * len(self.refs))
+        if len(self.refs) > self.sweep_at:
+            self.sweep()
         if tensor.is_leaf and tensor.requires_grad:
             # A bound parameter's gradient is computed where the parameter lives.
             tensor.register_post_accumulate_grad_hook(lambda p: self.add(p.grad) if p.grad is not None else None)
@@ -157,17 +162,30 @@ class HostReadMode(TorchFunctionMode):
             return self._special(func, kind, args, kwargs or {})
         out = func(*args, **kwargs) if kwargs else func(*args)
         bound = self.bound
-        if bound.refs or bound.accelerated:
+        refs = bound.refs
+        if refs or bound.accelerated:
+            # Inlined, not `arg in bound` / `bound.add(out)`: on Python 3.11 the line recorder's
+            # trace function runs at every Python call, and this runs at every torch call.
+            hit = False
             for arg in args:
                 if isinstance(arg, torch.Tensor):
-                    if arg in bound:
-                        _tag(out, bound)
+                    ref = refs.get(id(arg))
+                    if ref is not None and ref() is arg or bound.accelerated and not arg.is_cpu:
+                        hit = True
                         break
                 elif type(arg) in _SEQUENCES and _any_bound(arg, bound):
-                    _tag(out, bound)
+                    hit = True
                     break
-            else:
-                if kwargs and _any_bound(kwargs.values(), bound):
+            if not hit and kwargs:
+                hit = _any_bound(kwargs.values(), bound)
+            if hit:
+                if isinstance(out, torch.Tensor) and out.is_cpu and not (out.is_leaf and out.requires_grad):
+                    ref = refs.get(id(out))
+                    if ref is None or ref() is not out:
+                        refs[id(out)] = weakref.ref(out)
+                        if len(refs) > bound.sweep_at:
+                            bound.sweep()
+                else:
                     _tag(out, bound)
         if self.armed:
             active = self.lines.active if self.lines is not None else None
