@@ -25,11 +25,13 @@ import json
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
+from perflsp.config import Settings
 from perflsp.evidence_file import EVIDENCE_VERSION, STEP_SOURCES, evidence_path, line_hash
 from perflsp.findings import Finding, Location, rule_url
 from perflsp.hot_file import MIN_STEPS
+from perflsp.rules import suppress
 from perflsp.safe_files import read_regular
 
 log = logging.getLogger("perflsp")
@@ -190,6 +192,50 @@ def _tensor(operand: Optional[Operand]) -> str:
 
 # --- reading ---------------------------------------------------------------------------------------
 
+class Records:
+    """The records of workspace roots, each read again only when its file changed (the language
+    server asks at every analysis)."""
+
+    def __init__(self) -> None:
+        self._runs: Dict[str, Tuple[Optional[Tuple[int, int]], Optional[Evidence]]] = {}
+
+    def for_file(self, path: Path, settings: Settings) -> Optional[FileEvidence]:
+        """The evidence about `path`: the record of its workspace (the config file's folder, else
+        the nearest folder above it that holds one), or None."""
+        root = evidence_root(path, settings)
+        if root is None:
+            return None
+        run = self.run(root)
+        if run is None:
+            return None
+        try:
+            relative = path.resolve().relative_to(root).as_posix()
+        except ValueError:
+            return None
+        return run.lines_of(relative)
+
+    def run(self, root: Path) -> Optional[Evidence]:
+        try:
+            info = evidence_path(root).stat()
+            stamp: Optional[Tuple[int, int]] = (info.st_mtime_ns, info.st_size)
+        except OSError:
+            stamp = None
+        key = str(root)
+        known = self._runs.get(key)
+        if known is None or known[0] != stamp:
+            known = self._runs[key] = (stamp, load_evidence(root) if stamp is not None else None)
+        return known[1]
+
+
+def evidence_root(path: Path, settings: Settings) -> Optional[Path]:
+    if settings.source and settings.root:
+        return Path(settings.root).resolve()
+    for folder in path.resolve().parents:
+        if evidence_path(folder).is_file():
+            return folder
+    return Path(settings.root).resolve() if settings.root else None
+
+
 def load_evidence(workspace_root: Path) -> Optional[Evidence]:
     """The workspace's recorded evidence, or None (no file; a bad one is also logged as a warning)."""
     path = evidence_path(workspace_root)
@@ -248,6 +294,20 @@ def _text(block: Dict[str, Any], name: str) -> Optional[str]:
 
 
 # --- judging a file's findings --------------------------------------------------------------------
+
+def apply(path: str, text: str, settings: Settings, findings: List[Finding], evidence: FileEvidence,
+          every_tier: Callable[[Settings], List[Finding]]) -> Tuple[List[Finding], List[Finding]]:
+    """(findings to report, refuted findings) of a file with evidence. `findings` are those of
+    its own settings; `every_tier(settings)` checks it in preview mode (cached by the caller)."""
+    if suppress.ignores_file(text):
+        return findings, []
+    everything = findings if settings.preview else every_tier(settings.with_overrides({"preview": True},
+                                                                                      "perflsp record"))
+    found, refuted = judge(path, findings, everything, evidence, text, settings.is_enabled(MEASURED_SYNC, path))
+    comments = suppress.comments_by_row(text)
+    found = [f for f in found if f.code != MEASURED_SYNC or not suppress.is_suppressed(f.code, {f.start.row}, comments)]
+    return found, refuted
+
 
 def judge(path: str, default: Iterable[Finding], everything: Iterable[Finding], evidence: FileEvidence,
           source: str, measured_enabled: bool) -> Tuple[List[Finding], List[Finding]]:

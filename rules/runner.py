@@ -435,64 +435,42 @@ def check_paths(files: Sequence[Path], overrides: Mapping[str, Any] = {}, jobs: 
 
 def _recorded_runs(files: Sequence[Path], settings: "_SettingsByFolder") -> Dict[str, Any]:
     """path -> that file's recorded evidence (`perflsp record`), for the files a record holds."""
-    from perflsp.rules.evidence import load_evidence
+    from perflsp.rules.evidence import Records
 
-    runs: Dict[str, Any] = {}
-    for root in {settings(path).root for path in files if settings(path).root}:
-        found = load_evidence(Path(root))
-        if found is not None:
-            runs[str(Path(root).resolve())] = found
-    if not runs:
-        return {}
-    by_path: Dict[str, Any] = {}
-    for path in files:
-        root = settings(path).root
-        run = runs.get(str(Path(root).resolve())) if root else None
-        if run is None or path.suffix == ".ipynb":
-            continue
-        try:
-            relative = path.resolve().relative_to(Path(root).resolve()).as_posix()  # type: ignore[arg-type]
-        except ValueError:
-            continue
-        lines = run.lines_of(relative)
-        if lines is not None:
-            by_path[str(path)] = lines
-    return by_path
+    records = Records()
+    found = {str(path): records.for_file(path, settings(path)) for path in files if path.suffix != ".ipynb"}
+    return {path: evidence for path, evidence in found.items() if evidence is not None}
 
 
 def _apply_evidence(results: Dict[str, FileResult], recorded: Dict[str, Any], known: "Known",
                     settings: "_SettingsByFolder", cache: Optional[Cache]) -> None:
     """Confirm, refute or add findings from the record (`perflsp.rules.evidence`): a file with
-    evidence is also checked in preview mode, whose findings the record may confirm."""
-    from perflsp.rules import suppress
-    from perflsp.rules.evidence import MEASURED_SYNC, judge
+    evidence is also checked in preview mode (cached), whose findings the record may confirm."""
+    from perflsp.rules.evidence import apply
     from perflsp.rules.project import facts_digest
+
     for path, evidence in recorded.items():
         result = results[path]
         if result.error is not None:
             continue
-        own = settings(Path(path))
         try:
             text = read_text(Path(path))
         except (OSError, ValueError):
             continue
-        if suppress.ignores_file(text):
-            continue
-        everything = result.findings
-        if not own.preview:
-            wider = own.with_overrides({"preview": True}, "perflsp record")
-            digest, facts = known[path][0], known[path][1]
+        digest, facts = known[path][0], known[path][1]
+
+        def every_tier(wider: Settings) -> List[Finding]:
             key = f"{wider.fingerprint()}:{facts_digest(facts) if facts else '-'}"
             hit = cache.findings(Path(path), digest, key, slot="preview_") if cache is not None and digest else None
-            everything = hit if hit is not None else check_text(text, path, wider, facts)
-            if cache is not None and hit is None and digest:
-                cache.put(Path(path), digest, preview_key=key, preview_findings=[f.to_dict() for f in everything])
-        findings, refuted = judge(path, result.findings, everything, evidence, text,
-                                  own.is_enabled(MEASURED_SYNC, path))
-        comments = suppress.comments_by_row(text)
-        result.findings = [f for f in findings if f.code != MEASURED_SYNC
-                           or not suppress.is_suppressed(f.code, {f.start.row}, comments)]
-        result.refuted = refuted
+            if hit is not None:
+                return hit
+            found = check_text(text, path, wider, facts)
+            if cache is not None and digest:
+                cache.put(Path(path), digest, preview_key=key, preview_findings=[f.to_dict() for f in found])
+            return found
+
+        result.findings, result.refuted = apply(path, text, settings(Path(path)), result.findings, evidence,
+                                                every_tier)
 
 
 Known = Dict[str, Tuple[Optional[str], Optional[Dict[str, Any]], Optional[str]]]  # path -> digest, facts, error
