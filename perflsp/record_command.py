@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import signal
 import sys
@@ -48,7 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where .perflsp/ lives and whose files are recorded (default: the config file's folder)")
     parser.add_argument("--timeout", type=float, metavar="S",
                         help="stop the program after this long (default: [tool.perflsp] profile-timeout)")
+    parser.add_argument("--cwd", metavar="DIR",
+                        help="run the program in DIR and read the configuration from there (default: the current "
+                             "folder; lets an editor start perflsp outside the project)")
     parser.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto")
+    parser.add_argument("--progress-fd", type=int, metavar="N",
+                        help="write the progress as JSON lines to file descriptor N instead (for editors)")
     parser.add_argument("--json", metavar="PATH", help="also write the evidence here ('-': print it instead)")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- python train.py ARGS...")
     return parser
@@ -68,19 +74,25 @@ def main(argv: Sequence[str]) -> int:
     if not words:
         return _error("record needs the program to run: perflsp record -- python train.py")
     command = shlex.join(words)
-    cwd = Path.cwd()
+    cwd = Path(args.cwd).resolve() if args.cwd else Path.cwd()
+    if not cwd.is_dir():
+        return _error(f"--cwd: no such folder: {cwd}")
     try:
         program.parse_command(command)
         settings = settings_for(cwd)
     except (UsageError, ConfigError) as exc:
         return _error(str(exc))
     workspace = Path(args.workspace).resolve() if args.workspace else Path(settings.root) if settings.source else cwd
+    try:
+        progress = _progress(args.progress, args.progress_fd)
+    except OSError as exc:
+        return _error(f"--progress-fd {args.progress_fd}: {exc}")
+    progress({"event": "phase", "phase": "finding the lines to record", "detail": str(workspace)})
     candidates = static_candidates(workspace)
     job = {"command": "record", "run": command, "cwd": str(cwd), "workspace": str(workspace),
            "candidates": candidates, "steps": args.steps, "warmup": args.warmup,
            "step_function": args.step_function}
     timeout_s = args.timeout or settings.profile_timeout
-    progress = _progress(args.progress)
     try:
         outcome = supervisor.run_job(job, timeout_s, on_message=progress)
     except KeyboardInterrupt:
@@ -164,10 +176,12 @@ def refuted_listing(refuted: List[Any]) -> str:
     return f"Refuted by the recorded run ({len(refuted)}, not reported):\n" + "\n".join(rows) + "\n"
 
 
-def _progress(mode: str) -> Any:
+def _progress(mode: str, fd: Optional[int]) -> Any:
     from perflsp.runtime import report
 
-    return report.Progress(mode)
+    if fd is None:
+        return report.Progress(mode)
+    return report.Progress("json", os.fdopen(fd, "w", encoding="utf-8"))
 
 
 def _error(message: str) -> int:

@@ -80,7 +80,7 @@ class RecordSession:
             self.mode.end_step()
             self.recorded += 1
             self.step_s.append(now - self._step_started)
-            self.job["reporter"].progress(self.recorded, self.wanted, unit="steps")
+            self.job["reporter"].progress(self.recorded, self.wanted, unit="steps", force=True)  # a few, far apart
             if self.recorded >= self.wanted:
                 raise program.StopProgram()
         self._step_started = now
