@@ -123,7 +123,10 @@ def static_candidates(workspace: Path) -> List[Tuple[str, int]]:
     from perflsp.rules import runner
 
     files = runner.discover([str(workspace)])
-    results = runner.check_paths(files, {"preview": True}, jobs=1, recorded=False)
+    # The workspace's check cache, as `perflsp check` run there keeps it: a record of an unchanged
+    # project re-reads its findings instead of parsing every file.
+    cache = runner.Cache(workspace / ".perflsp_cache", warn=lambda message: None)
+    results = runner.check_paths(files, {"preview": True}, cache=cache, recorded=False)
     found = set()
     for result in results:
         for finding in result.findings:

@@ -197,3 +197,19 @@ def test_inference_counts_calls_of_the_step_function_as_steps(tmp_path):
     [entry] = [e for e in evidence["lines"] if e["line"] == row]
     assert entry["host_reads"] == {"tolist": 3} and entry["host_read_steps"] == 3
     assert row in {f["location"]["row"] for f in findings}
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_reads_are_device_reads_with_their_stall(tmp_path):
+    workspace = tmp_path / "cuda"
+    shutil.copytree(TARGET, workspace)
+    (workspace / "perflsp.toml").write_text("")
+    out = perflsp("record", "--steps", STEPS, "--progress", "none", "--", "python", "train.py", cwd=workspace)
+    assert out.returncode == 0, out.stdout + out.stderr
+    evidence = json.loads((workspace / ".perflsp" / "evidence.json").read_text())
+    assert evidence["accelerator"]
+    entry = _entry(evidence, workspace, "callback read")
+    assert entry["host_reads"] == {"item": STEPS} and entry["operands"][0]["device"].startswith("cuda")
+    assert entry["stall_us"] > 0
+    found = _findings(workspace)
+    assert (line_of(workspace / "train.py", "callback read"), "PFL108") in found
