@@ -117,7 +117,7 @@ class HostReadMode(TorchFunctionMode):
         self.reading = False  # inside a read this mode counts: a sync warning from it is counted already
         self._where: Dict[CodeType, Optional[str]] = {}
         self._spells_cpu: Dict[Line, bool] = {}
-        self._kinds: Dict[Any, str] = {}  # torch function -> "", or "read", "move", "shape?" (see `_kind_of`)
+        self._kinds: Dict[Any, str] = {}  # torch function -> its kind of call (`_kind_of`)
 
     # --- attribution ---------------------------------------------------------------------------
 
