@@ -50,6 +50,7 @@ class Settings:
     preview: bool = False  # run the preview rules too (Ruff's preview mode)
     profile_command: Optional[str] = None
     profile_timeout: float = 300.0
+    record_step_function: Optional[str] = None  # `perflsp record`: a step is a call of this (file.py:func)
     root: Optional[str] = None  # folder that relative globs are matched against
     source: Optional[str] = None  # the file these settings came from
 
@@ -224,6 +225,7 @@ _KEYS = {
     "preview": ("preview", _bool),
     "profile-command": ("profile_command", _optional_str),
     "profile-timeout": ("profile_timeout", _positive_number),
+    "record-step-function": ("record_step_function", _optional_str),
 }
 
 

@@ -43,8 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=_positive, default=DEFAULT_WARMUP, metavar="N",
                         help="steps before recording starts (default %(default)s)")
     parser.add_argument("--step-function", metavar="SPEC",
-                        help="for inference: a step is one call of this function (file.py:func); default: one "
-                             "optimizer.step()")
+                        help="for inference: a step is one call of this function (file.py:func); default: "
+                             "[tool.perflsp] record-step-function, else one optimizer.step()")
     parser.add_argument("--workspace", metavar="DIR",
                         help="where .perflsp/ lives and whose files are recorded (default: the config file's folder)")
     parser.add_argument("--timeout", type=float, metavar="S",
@@ -91,7 +91,7 @@ def main(argv: Sequence[str]) -> int:
     candidates = static_candidates(workspace)
     job = {"command": "record", "run": command, "cwd": str(cwd), "workspace": str(workspace),
            "candidates": candidates, "steps": args.steps, "warmup": args.warmup,
-           "step_function": args.step_function}
+           "step_function": args.step_function or settings.record_step_function}
     timeout_s = args.timeout or settings.profile_timeout
     try:
         outcome = supervisor.run_job(job, timeout_s, on_message=progress)
