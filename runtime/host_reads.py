@@ -276,11 +276,21 @@ class HostReadMode(TorchFunctionMode):
                 return None
         else:
             device = kwargs.get("device")
+            if device is not None and torch.device(device).type == "cpu" and not self._called_by_workspace(frame):
+                # A library's own `device=` (torch rebuilding a DataLoader worker's batch with
+                # `empty(..., device=storage.device)`) is not the program choosing its device.
+                return None
         if device is None:
             return None
         if torch.device(device).type != "cpu":
             return True
         return not self._spelled_cpu(frame)
+
+    def _called_by_workspace(self, frame: Optional[FrameType]) -> bool:
+        """The torch call came straight from workspace code (this module's frames aside)."""
+        while frame is not None and frame.f_code.co_filename == __file__:
+            frame = frame.f_back
+        return frame is not None and self._frame_of_workspace(frame) is frame
 
     def _operand_of(self, line: Line, args: Tuple[Any, ...], out: Any) -> None:
         """On a candidate line: the call's first tensor argument, else the tensor it made."""

@@ -169,6 +169,8 @@ def run_record(job: Any) -> int:
     job.reporter.phase("program", command)
     ended, error = "stopped", None
     session.lines.start()
+    # A forked child (a DataLoader worker) would count into a copy nobody reads: spare it the cost.
+    os.register_at_fork(after_in_child=session.lines.stop)
     try:
         with session.mode, session.syncs:
             program.run_command(command, target, cwd)

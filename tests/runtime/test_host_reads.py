@@ -51,6 +51,12 @@ def host_only():
     return lengths.max().item(), made.sum().item()  # line: host read
 
 
+def from_a_worker():
+    data = [torch.randn(4) for _ in range(8)]
+    loader = torch.utils.data.DataLoader(data, batch_size=4, num_workers=1)
+    return next(iter(loader))
+
+
 def warn_sync():
     import warnings
     warnings.warn("called a synchronizing CUDA operation", UserWarning)  # line: sync warning
@@ -153,3 +159,14 @@ def test_without_cuda_the_sync_watch_stays_off(program):
     with SyncWatch(mode, available=lambda: False, set_mode=levels.append) as watch:
         watch.arm()
     assert levels == []
+
+
+def test_a_librarys_own_device_argument_is_not_the_programs_device(program):
+    module, files, line = program
+    with recording(files, [line("factory")]) as mode:
+        mode.armed = True
+        batch = module.from_a_worker()  # rebuilt by torch with `empty(..., device=storage.device)`
+        module.host_only()  # a factory the program calls with `device=`: bound
+        mode.end_step()
+    assert batch not in mode.bound
+    assert mode.operands[line("factory")] == {("cpu", True, "float32"): 2}
