@@ -42,6 +42,7 @@ _MOVES = {"to", "cuda"}
 _HOST_COPIES = {"tensor", "as_tensor"}  # factories that copy host data into a new tensor
 _SEQUENCES = (list, tuple)
 _SPELLS_CPU = re.compile(r"""(['"])cpu\1""")
+_ASKS_TO_MOVE = re.compile(r"\.(to|cuda)\(|device")
 
 
 class Tally:
@@ -116,7 +117,7 @@ class HostReadMode(TorchFunctionMode):
         self.armed = False
         self.reading = False  # inside a read this mode counts: a sync warning from it is counted already
         self._where: Dict[CodeType, Optional[str]] = {}
-        self._spells_cpu: Dict[Line, bool] = {}
+        self._says: Dict[Line, Tuple[bool, bool]] = {}
         self._kinds: Dict[Any, str] = {}  # torch function -> its kind of call (`_kind_of`)
 
     # --- attribution ---------------------------------------------------------------------------
@@ -139,17 +140,18 @@ class HostReadMode(TorchFunctionMode):
             frame = frame.f_back
         return None
 
-    def _spelled_cpu(self, frame: FrameType) -> bool:
-        """The move's line of workspace code names the CPU (`.to("cpu")`): a move to the host."""
+    def _line_says(self, frame: FrameType) -> Tuple[bool, bool]:
+        """Whether the workspace line that made a move names the CPU (`.to("cpu")`: a move to the
+        host), and whether it asks for a move at all (`.to(`, `.cuda(`, `device`)."""
         found = self._frame_of_workspace(frame)
         if found is None:
-            return False
+            return False, False
         line = (self._where[found.f_code], found.f_lineno)  # type: ignore[assignment]
-        spells = self._spells_cpu.get(line)  # type: ignore[arg-type]
-        if spells is None:
+        says = self._says.get(line)  # type: ignore[arg-type]
+        if says is None:
             text = linecache.getline(found.f_code.co_filename, found.f_lineno)
-            spells = self._spells_cpu[line] = bool(_SPELLS_CPU.search(text))  # type: ignore[index]
-        return spells
+            says = self._says[line] = (bool(_SPELLS_CPU.search(text)), bool(_ASKS_TO_MOVE.search(text)))  # type: ignore[index]
+        return says
 
     # --- the mode --------------------------------------------------------------------------------
 
@@ -276,15 +278,17 @@ class HostReadMode(TorchFunctionMode):
                 return None
         else:
             device = kwargs.get("device")
-            if device is not None and torch.device(device).type == "cpu" and not self._called_by_workspace(frame):
-                # A library's own `device=` (torch rebuilding a DataLoader worker's batch with
-                # `empty(..., device=storage.device)`) is not the program choosing its device.
-                return None
         if device is None:
             return None
         if torch.device(device).type != "cpu":
             return True
-        return not self._spelled_cpu(frame)
+        spells_cpu, moves = self._line_says(frame)
+        if not self._called_by_workspace(frame) and not moves:
+            # A library's own move or `device=` (torch rebuilding a DataLoader worker's batch with
+            # `empty(..., device=storage.device)`) is not the program choosing its device, unless
+            # the program's line asks for one (`model.to(device)`, `batch.to(device)`).
+            return None
+        return not spells_cpu
 
     def _called_by_workspace(self, frame: Optional[FrameType]) -> bool:
         """The torch call came straight from workspace code (this module's frames aside)."""

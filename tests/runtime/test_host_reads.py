@@ -57,6 +57,14 @@ def from_a_worker():
     return next(iter(loader))
 
 
+def send(helper, x):
+    return helper.move(x)  # to the device
+
+
+def keep(helper, x):
+    return helper.move(x)
+
+
 def warn_sync():
     import warnings
     warnings.warn("called a synchronizing CUDA operation", UserWarning)  # line: sync warning
@@ -170,3 +178,18 @@ def test_a_librarys_own_device_argument_is_not_the_programs_device(program):
         mode.end_step()
     assert batch not in mode.bound
     assert mode.operands[line("factory")] == {("cpu", True, "float32"): 2}
+
+
+def test_a_move_made_inside_a_library_counts_only_where_the_programs_line_asks_for_one(program, tmp_path_factory):
+    module, files, line = program
+    library = tmp_path_factory.mktemp("site") / "helper.py"  # outside the workspace: a library
+    library.write_text("import torch\n\nDEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n\n\n"
+                       "def move(x):\n    return x.to(DEVICE)\n")
+    spec = importlib.util.spec_from_file_location("perflsp_test_helper", library)
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)
+    with recording(files, []) as mode:
+        mode.armed = True
+        kept = module.keep(helper, torch.randn(2))
+        sent = module.send(helper, torch.randn(2))
+    assert kept not in mode.bound and sent in mode.bound
