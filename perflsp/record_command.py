@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from perflsp.evidence_file import evidence_path
+from perflsp.hot_file import MIN_STEPS
 from perflsp.profile_result import EXIT_OK, EXIT_TARGET_RAISED, EXIT_TIMEOUT, EXIT_USAGE, write_json_atomic
 
 DEFAULT_STEPS = 5
@@ -164,8 +165,14 @@ def summary(evidence: Dict[str, Any], path: Path) -> str:
     copies = [entry for entry in lines if entry["h2d_copies"] and entry["h2d_steps"] == steps and steps]
     ended = "" if evidence["ended"] == "stopped" else f" (the program {evidence['ended']})"
     step_time = f", {evidence['step_ms']:g} ms a step while recorded" if evidence.get("step_ms") else ""
+    hint = ""
+    if steps < MIN_STEPS:
+        unit = "optimizer.step() calls" if evidence["step_source"] == "optimizer.step" else "calls of the step function"
+        hint = (f"\nnote      too few {unit} to judge any finding (at least {MIN_STEPS} after the warm-up): run the "
+                f"program longer" + (", or name the step with --step-function FILE:FUNC for inference"
+                                      if evidence["step_source"] == "optimizer.step" else ""))
     return (f"recorded  {steps} steps ({evidence['step_source']}) after {evidence['warmup_steps']} of warm-up"
-            f"{step_time}{ended}\n"
+            f"{step_time}{ended}{hint}\n"
             f"lines     {len(lines)} recorded, {len(per_step)} ran on every step; host reads of device-bound "
             f"tensors on {len(reads)}, host-to-device copies on {len(copies)}\n"
             f"saved     {path}")

@@ -213,3 +213,12 @@ def test_on_cuda_reads_are_device_reads_with_their_stall(tmp_path):
     assert entry["stall_us"] > 0
     found = _findings(workspace)
     assert (line_of(workspace / "train.py", "callback read"), "PFL108") in found
+
+
+def test_a_program_without_steps_is_told_how_to_name_them(tmp_path):
+    (tmp_path / "infer.py").write_text(INFERENCE)  # no optimizer: its steps are calls of predict
+    (tmp_path / "perflsp.toml").write_text("")
+    out = perflsp("record", "--progress", "none", "--", "python", "infer.py", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "recorded  0 steps (optimizer.step)" in out.stdout and "(the program finished)" in out.stdout
+    assert "--step-function FILE:FUNC" in out.stdout
