@@ -15,7 +15,8 @@ PFL108 finding of its own.
 Evidence applies to a line only while its text is the one that ran (a hash per line, leading and
 trailing blanks aside); a line that moved is found again by its text when that text is unique
 among the recorded lines of its file. Setup rules (`SETUP_RULES`, a DataLoader built once) are
-about code that runs once: evidence leaves them alone. Fewer than `MIN_STEPS` recorded steps
+about code that runs once: evidence leaves them alone; for the rules of `ANY_RULES` (a float64
+tensor built once) a line that ran only in setup is not refuted. Fewer than `MIN_STEPS` recorded steps
 confirm and refute nothing. Reading never raises: a missing file is None, a malformed one or one
 of another version is None with a warning in the log.
 """
@@ -40,9 +41,13 @@ MAX_EVIDENCE_BYTES = 64 * 1024 * 1024
 MEASURED_SYNC = "PFL108"
 # The rules of code that runs once by design (`scope = "setup"`: a DataLoader built once), which
 # evidence leaves alone. Named here so that reading evidence never imports the rule modules (and
-# libcst) in a check whose files all come from the cache; tests/rules/test_evidence.py holds it
-# to the registry.
+# libcst) in a check whose files all come from the cache; tests/rules/test_evidence.py holds
+# these two to the registry.
 SETUP_RULES = frozenset({"PFL601", "PFL602", "PFL603", "PFL604", "PFL606"})
+# The rules of `scope = "any"`: what they flag may cost on every step although it ran once (a
+# float64 tensor built during setup, then used each step), so running only in setup refutes
+# nothing there; never running does.
+ANY_RULES = frozenset({"PFL201", "PFL202", "PFL204", "PFL701", "PFL702"})
 SYNC_GROUP = "PFL1"
 _COUNTS = ("setup_runs", "runs", "steps", "tensor_ops", "host_read_steps", "host_reads_of_host_tensors",
            "h2d_copies", "h2d_steps", "syncs")  # the integer fields of a line
@@ -137,6 +142,8 @@ class FileEvidence:
         if not record.candidate:
             return None  # recorded for its reads, which were not per step: the lines were not traced
         if record.steps == 0:
+            if record.setup_runs and code in ANY_RULES:
+                return None
             where = "ran only before them (setup or warm-up)" if record.setup_runs else "never ran"
             return Verdict(False, f"{where}: not during the {steps} recorded steps")
         if not record.tensor_ops and not record.reads and not record.host_reads_of_host_tensors:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from perflsp.evidence_file import line_hash
 from perflsp.rules import runner
-from perflsp.rules.evidence import SETUP_RULES, load_evidence
+from perflsp.rules.evidence import ANY_RULES, SETUP_RULES, load_evidence
 from perflsp.rules.registry import all_rules
 
 SOURCE = '''import torch
@@ -130,5 +130,34 @@ def test_a_bad_evidence_file_is_ignored_with_a_warning(tmp_path, caplog):
         assert (DEBUG_ITEM, "PFL101") in found and not refuted
 
 
-def test_the_setup_rules_evidence_leaves_alone_are_the_registrys():
+def test_the_rules_evidence_judges_by_their_scope_are_the_registrys():
     assert SETUP_RULES == {rule.code for rule in all_rules() if rule.scope == "setup"}
+    assert ANY_RULES == {rule.code for rule in all_rules() if rule.scope == "any"}
+
+
+FLOAT64 = '''import numpy as np
+import torch
+
+
+def main(loader, model, opt):
+    weights = torch.from_numpy(np.linspace(0, 1, 8))
+    for x, y in loader:
+        loss = (model(x) * weights).sum()
+        loss.backward()
+        opt.step()
+'''
+
+
+def test_a_once_made_cost_is_not_refuted_for_running_only_in_setup(tmp_path):
+    row = 6  # PFL201: a float64 tensor built once, used on every step
+    (tmp_path / "perflsp.toml").write_text("preview = true\n")
+    (tmp_path / "train.py").write_text(FLOAT64)
+    (tmp_path / ".perflsp").mkdir()
+    entry = {"file": "train.py", "line": row, "hash": line_hash(FLOAT64.splitlines()[row - 1]), "candidate": True,
+             "setup_runs": 1, "runs": 0, "steps": 0, "tensor_ops": 0, "operands": [], "host_reads": {},
+             "host_read_steps": 0, "host_reads_of_host_tensors": 0, "h2d_copies": 0, "h2d_steps": 0, "syncs": 0,
+             "stall_us": 0.0}
+    document = {"version": 1, "steps": 5, "warmup_steps": 2, "step_source": "optimizer.step", "lines": [entry]}
+    (tmp_path / ".perflsp" / "evidence.json").write_text(json.dumps(document))
+    found, refuted = _check(tmp_path)
+    assert (row, "PFL201") in found and not refuted
