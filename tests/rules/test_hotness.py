@@ -752,3 +752,130 @@ def test_a_loop_whose_body_calls_backward_is_a_training_loop(tmp_path):
         (11, "inside the training loop `for batch in buffer.get(64)` at line 6"),
         (18, "inside the training loop `for i, batch in enumerate(tepoch)` at line 15"),
     ]
+
+
+def test_calling_an_object_runs_its_class_call_method(tmp_path):
+    found = _project(tmp_path, {
+        "utils/__init__.py": "",
+        "utils/loss.py": """
+            class ComputeLoss:
+                def __call__(self, pred, targets):
+                    return self.match(pred, targets).sum()
+
+                def match(self, pred, targets):
+                    return pred[targets > 0].max().item()
+
+            class Unused:
+                def __call__(self, pred):
+                    return pred.max().item()
+            """,
+        "train.py": """
+            from utils.loss import ComputeLoss
+
+            def train(model, loader, opt):
+                compute_loss = ComputeLoss()
+                for imgs, targets in loader:
+                    loss = compute_loss(model(imgs), targets)
+                    loss.backward()
+                    opt.step()
+            """,
+    })
+    assert _rows(found) == [("utils/loss.py", 7)]
+    assert "called from `ComputeLoss.__call__` (line 4), called inside a step loop (train.py:7)" in found[0][3]
+
+
+def test_attributes_bound_to_objects_and_annotated_parameters(tmp_path):
+    found = _project(tmp_path, {
+        "units.py": """
+            class TrainUnit:
+                def __call__(self, batch):
+                    raise NotImplementedError
+
+            class DpoUnit(TrainUnit):
+                def __call__(self, batch):
+                    return batch.chosen.sum().item()
+
+            class Decoder:
+                def step(self, state):
+                    return state.argmax().item()
+            """,
+        "trainer.py": """
+            from typing import Optional
+            from units import Decoder, TrainUnit
+
+            class Trainer:
+                decoder: Decoder
+
+                def __init__(self, unit: Optional[TrainUnit]):
+                    self._unit = unit
+
+                def run(self, data_loader):
+                    for batch in data_loader:
+                        self._unit(batch)
+                        self.decoder.step(batch)
+            """,
+    })
+    # `self._unit` is a `TrainUnit`: any subclass's `__call__` can run.
+    assert _rows(found) == [("units.py", 8), ("units.py", 12)]
+
+
+def test_while_loops_that_end_at_a_step_count_and_decoding_loops(tmp_path):
+    found = _project(tmp_path, {"run.py": """
+        def train(model, get_batch, max_iters):
+            iter_num = 0
+            while True:
+                x = get_batch()
+                print(model(x).item())
+                iter_num += 1
+                if iter_num > max_iters:
+                    break
+
+        def poll(queue):
+            while True:
+                job = queue.get()
+                print(job.size.item())
+
+        def sample(model, idx, max_new_tokens):
+            for _ in range(max_new_tokens):
+                logits = model(idx)
+                if logits.isnan().any().item():
+                    break
+
+        def decode(model, scores, should_stop):
+            while not should_stop(scores[-1]):
+                scores.append(model(scores[-1]).max().item())
+        """})
+    assert _rows(found) == [("run.py", 6), ("run.py", 19), ("run.py", 24)]
+
+
+def test_branches_a_cuda_run_does_not_take_are_cold(tmp_path):
+    found = _project(tmp_path, {"net.py": """
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def forward(self, x):
+                if x.device.type == "mps":
+                    n = x.sum().item()
+                elif not torch.cuda.is_available():
+                    n = x.max().item()
+                if x.is_cuda:
+                    m = x.min().item()
+                else:
+                    m = x.mean().item()
+                if str(x.device) != "cpu":
+                    k = x.std().item()
+                return n + m + k
+        """})
+    assert _rows(found) == [("net.py", 12), ("net.py", 16)]
+
+
+def test_private_torch_nn_bases_are_modules(tmp_path):
+    found = _project(tmp_path, {"loss.py": """
+        from torch.nn.modules.loss import _Loss
+
+        class DiceLoss(_Loss):
+            def forward(self, x, y):
+                return (x - y).abs().max().item()
+        """})
+    assert _rows(found) == [("loss.py", 6)]
