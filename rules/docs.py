@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Type
 
+from perflsp.rules.hotness import CALL_CHAIN, CONTEXTS, ENTRY_POINT, NESTED_LOOP, STEP_LOOP, TRAINING_LOOP
 from perflsp.rules.precedence import OUTRANKS
 from perflsp.rules.registry import all_rules
 from perflsp.rules.rule import Rule
@@ -35,18 +36,33 @@ _PREVIEW_MODE = ("Preview rules run only in preview mode: `preview = true` in `[
                  "`perflsp check --preview`, or the editor setting `perflsp.preview`.")
 
 
+# Where a finding's code is hot, in words, for each context of `perflsp.rules.hotness.CONTEXTS`.
+_CONTEXT_WORDS = {
+    TRAINING_LOOP: ("training loops", "the body of a training loop, a step loop that calls `backward()`"),
+    STEP_LOOP: ("step loops", "the body of another step loop (data, evaluation, decoding)"),
+    ENTRY_POINT: ("entry points", "an entry point's own code (a `forward`, a marked or measured function)"),
+    CALL_CHAIN: ("call chains", "a function called from per-step code"),
+    NESTED_LOOP: ("nested loops", "a loop nested in per-step code"),
+}
+
+
+def _contexts(rule: Type[Rule], long: bool) -> str:
+    words = [_CONTEXT_WORDS[c][1 if long else 0] for c in CONTEXTS if c in rule.stable_contexts]
+    return "; ".join(words) if long else " and ".join(words)
+
+
 def tier(rule: Type[Rule]) -> str:
     if rule.preview:
         return "preview"
-    return "stable in training loops" if rule.preview_outside_training_loops else "stable"
+    return f"stable in {_contexts(rule, long=False)}" if rule.stable_contexts else "stable"
 
 
 def _tier_line(rule: Type[Rule]) -> str:
     if rule.preview:
         return f"Tier: preview. {rule.tier_reason} {_PREVIEW_MODE}"
-    if rule.preview_outside_training_loops:
-        return (f"Tier: stable (on by default) in the body of a training loop, a step loop that calls "
-                f"`backward()`; elsewhere in per-step code, preview. {rule.tier_reason} {_PREVIEW_MODE}")
+    if rule.stable_contexts:
+        return (f"Tier: stable (on by default) in {_contexts(rule, long=True)}; elsewhere in per-step code, "
+                f"preview. {rule.tier_reason} {_PREVIEW_MODE}")
     return f"Tier: stable (on by default). {rule.tier_reason}"
 
 
