@@ -311,8 +311,8 @@ class _Summarizer:
         on_accelerator = None
         while True:
             on_accelerator = _accelerator_test(node.test)
-            kind = (FAILURE if _fails(node.body) else OFF_ACCELERATOR if on_accelerator is False
-                    else _rare_block(node, scope.periodic))
+            kind = (FAILURE if _fails(node.body) or _tests_for_nan(node.test) else OFF_ACCELERATOR
+                    if on_accelerator is False else _rare_block(node, scope.periodic))
             if kind is None:
                 self.block(node.body, scope)
             else:  # the `if` up to the end of its body: an `else` runs on the other steps
@@ -690,12 +690,21 @@ def _rare_block(node: ast.If, periodic_names: set) -> Optional[str]:
     test = node.test
     if _is_periodic(test, periodic_names):
         return PERIODIC
-    attribute = _none_tested_attribute(test)
-    if attribute is not None and _initialises(node.body, attribute):
-        return LAZY
-    if _not_predicate(test, LAZY_READY):
+    # `if self.buf is None or self.buf.size(0) != n:` rebuilds a cache only when it must grow
+    for part in test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) else [test]:
+        attribute = _none_tested_attribute(part)
+        if attribute is not None and _initialises(node.body, attribute):
+            return LAZY
+    if _not_predicate(test, LAZY_READY) or _first_pass(test):
         return LAZY
     return None
+
+
+def _first_pass(test: ast.expr) -> bool:
+    """`if i == 0:` / `if step == 0:`: the first pass of a loop only (a warm-up, a first-batch dump)."""
+    return (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+            and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == 0 and type(test.comparators[0].value) is int)
 
 
 def _skips_unless_periodic(stmt: ast.stmt) -> bool:
@@ -765,6 +774,13 @@ def _fails(body: List[ast.stmt]) -> bool:
     one of its statements is a `warnings.warn` (a module that warns, then repairs its input)."""
     last = body[-1]
     return isinstance(last, ast.Raise) or _calls(last, _EXITS) or any(_calls(stmt, _WARNINGS) for stmt in body)
+
+
+def _tests_for_nan(test: ast.expr) -> bool:
+    """`if torch.isnan(loss).any():`, `if not torch.isfinite(x).all():`: a repair that runs only
+    when the numbers went wrong (the test itself runs every time)."""
+    return any(isinstance(n, ast.Call) and _names(n.func)[:1] in (["isnan"], ["isinf"], ["isfinite"])
+               for n in ast.walk(test))
 
 
 def _calls(stmt: ast.stmt, functions: frozenset) -> bool:
