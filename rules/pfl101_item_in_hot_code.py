@@ -147,15 +147,10 @@ class ItemInHotCode(Rule):
             if run[0] not in reads:
                 continue
             first, *rest = [call for call in run if call in reads]
-            also = ""
-            if rest:
-                named = ", ".join(f"`{ctx.code(call, 40)}`" for call in rest[:3]) + (" …" if len(rest) > 3 else "")
-                verb = "waits" if len(rest) == 1 else "wait"
-                also = f" (with {named} right after it, which then {verb} only for the work queued since)"
             yield self.report(
                 first, reads[first],
                 f"`{ctx.code(first)}` waits for the GPU to finish all queued work and copies the value "
-                f"to the host, {{where}}; keep it on the device and read it once every N steps{also}",
+                f"to the host, {{where}}; keep it on the device and read it once every N steps{ctx.waiting_after(rest)}",
                 on_accelerator=any(placement(ctx, call.func.value, reads[call]) == ACCELERATOR
                                    for call in (first, *rest)),
             )

@@ -23,7 +23,9 @@ class HostCopyInHotCode(Rule):
         "on every step, it drains the GPU's queue each time, so the host can no longer run ahead and "
         "queue the next step's kernels while the current ones execute. `.tolist()` and `.numpy()` "
         "add a conversion of every element into Python or NumPy objects on top. Tensors known to live "
-        "on the CPU already (made there, or built by DataLoader workers) copy nothing and are not reported."
+        "on the CPU already (made there, or built by DataLoader workers) copy nothing and are not reported. "
+        "Copies back to back (in one statement, in statements that follow each other, or in an `if` "
+        "test and first in its body) wait once: they are one finding, at the first, naming the others."
     )
     how_to_fix = (
         "Keep results on the device inside the loop (accumulate with `torch.cat`/`+=` on device tensors, "
@@ -100,6 +102,7 @@ class HostCopyInHotCode(Rule):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
+        copies = {}
         for call, frame in ctx.nodes(cst.Call):
             method = ctx.method_name(call)
             if method not in ("cpu", "numpy", "tolist", "to"):
@@ -109,11 +112,14 @@ class HostCopyInHotCode(Rule):
                     continue
             elif not _host_copy(ctx, call, frame) or _consumed_by_conversion(ctx, call):
                 continue
+            copies[call] = frame
+        # Copies back to back wait once: one finding at the first, naming the others.
+        for first, *rest in ctx.back_to_back(list(copies)):
             yield self.report(
-                call, frame,
-                f"`{ctx.code(call)}` copies to the host {{where}}: the host waits until the GPU has run "
+                first, copies[first],
+                f"`{ctx.code(first)}` copies to the host {{where}}: the host waits until the GPU has run "
                 "everything queued before it; keep the values on the device and copy them once after the "
-                "loop or every N steps",
+                f"loop or every N steps{ctx.waiting_after(rest)}",
             )
 
 

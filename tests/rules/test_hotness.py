@@ -901,3 +901,35 @@ def test_first_passes_grown_caches_and_nan_repairs_run_rarely(tmp_path):
     # The first pass, the cache rebuilt only when it must grow and the NaN repair are rare; the
     # test of the NaN repair runs every time (PFL105's territory, not a read).
     assert [(row, code) for _, row, code, _ in found if code in ("PFL101", "PFL402")] == [(14, "PFL101")]
+
+
+def test_back_to_back_host_copies_and_transfers_are_one_finding_at_the_first(tmp_path):
+    found = _project(tmp_path, {"loop.py": """
+        import torch
+        from torch.utils.data import DataLoader
+
+        def train(model, dataset, opt, device, metric):
+            loader = DataLoader(dataset, batch_size=64, pin_memory=True)
+            for images, labels, boxes in loader:
+                images = images.to(device)
+                labels = labels.to(device)
+                loss = model(images, labels).mean()
+                loss.backward()
+                opt.step()
+                boxes = boxes.to(device)
+                preds = model.last_logits.argmax(1).cpu()
+                metric(preds, labels.cpu().numpy())
+        """})
+    transfers = [(row, why) for _, row, code, why in found if code == "PFL106"]
+    copies = [row for _, row, code, _ in found if code == "PFL102"]
+    # `boxes` moves after `opt.step()` queued work: a second wait.
+    assert [row for row, _ in transfers] == [8, 13]
+    assert copies == [14]
+    [result] = check_paths(discover([str(tmp_path)]), {"preview": True}, jobs=1)
+    first = next(f for f in result.findings if f.code == "PFL106" and f.start.row == 8)
+    assert "(with `labels.to(device)` right after it, which then waits only for the work queued since)" in first.message
+    # The fix makes both transfers non-blocking: the first alone would leave the second to wait.
+    assert [edit.content for edit in first.fix.edits] == ["images.to(device, non_blocking=True)",
+                                                          "labels.to(device, non_blocking=True)"]
+    copy = next(f for f in result.findings if f.code == "PFL102")
+    assert "(with `labels.cpu().numpy()` right after it" in copy.message
