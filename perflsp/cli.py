@@ -246,7 +246,8 @@ def _modify(results, overrides: Dict[str, Any], args: argparse.Namespace):
                 continue
             (new, added), remaining, fixed = add_noqa(old, result.findings), [], []
         else:
-            new, fixed, remaining = fix_text(old, result.path, settings, unsafe=args.unsafe_fixes)
+            new, fixed, remaining = fix_text(old, result.path, settings, unsafe=args.unsafe_fixes,
+                                             facts_of=result.facts_of)
             added = 0
             if args.show_fixes:
                 for finding in fixed:
