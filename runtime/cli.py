@@ -310,8 +310,8 @@ def _plot_problem(path: str) -> Optional[str]:
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
-        return (f"--plot {path}: image plots need matplotlib, which {sys.executable} cannot import; install "
-                "the plot extra (pip install 'perflsp[plot]'), or write --plot roofline.html, which needs nothing")
+        return (f"--plot {path}: image plots need matplotlib, which {sys.executable} cannot import; install it "
+                f"({sys.executable} -m pip install matplotlib), or write --plot roofline.html, which needs nothing")
     if suffix.lstrip(".") not in FigureCanvasBase.get_supported_filetypes():
         return (f"--plot {path}: matplotlib cannot write {suffix or 'a file without an extension'}; "
                 "use .png, .svg, .pdf or .html")
