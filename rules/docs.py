@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Dict, List, Type
+from typing import Dict, List, Tuple, Type
 
 from perflsp.rules.hotness import CALL_CHAIN, CONTEXTS, ENTRY_POINT, NESTED_LOOP, STEP_LOOP, TRAINING_LOOP
 from perflsp.rules.precedence import OUTRANKS
@@ -51,6 +51,12 @@ def _contexts(rule: Type[Rule], long: bool) -> str:
     return "; ".join(words) if long else " and ".join(words)
 
 
+_EXAMPLES_RUN = ("Each page's *Example* and *Use instead* run in perflsp's tests "
+                 "(tests/rules/test_example_pages.py): under real torch on the CPU, `device` standing for a "
+                 "GPU (`torch.device(\"cuda\")`), called with the inputs the rule module's `example_run` "
+                 "gives them, and failing where they would mix host and GPU tensors.")
+
+
 def tier(rule: Type[Rule]) -> str:
     if rule.preview:
         return "preview"
@@ -66,8 +72,15 @@ def _tier_line(rule: Type[Rule]) -> str:
     return f"Tier: stable (on by default). {rule.tier_reason}"
 
 
-def render_rule(rule: Type[Rule]) -> str:
+def example_pair(rule: Type[Rule]) -> Tuple[str, str]:
+    """The page's *Example* (the first flagged example) and *Use instead* (its fixed code, or the
+    first clean example)."""
     bad = rule.invalid[0]
+    return bad.code, bad.fixed or rule.valid[0]
+
+
+def render_rule(rule: Type[Rule]) -> str:
+    flagged, instead = example_pair(rule)
     lines = [
         f"# {rule.code} {rule.name}",
         "",
@@ -86,7 +99,7 @@ def render_rule(rule: Type[Rule]) -> str:
         "## Example",
         "",
         "```python",
-        bad.code.rstrip("\n"),
+        flagged.rstrip("\n"),
         "```",
         "",
         "## Use instead",
@@ -94,7 +107,7 @@ def render_rule(rule: Type[Rule]) -> str:
         rule.how_to_fix,
         "",
         "```python",
-        (bad.fixed or rule.valid[0]).rstrip("\n"),
+        instead.rstrip("\n"),
         "```",
         "",
         "## Fix safety",
@@ -114,6 +127,7 @@ def render_rule(rule: Type[Rule]) -> str:
 
 def render_index() -> str:
     lines = ["# Rules", "", "Generated from the rule modules; do not edit by hand.", "", _PREVIEW_MODE, "",
+             _EXAMPLES_RUN, "",
              "| code | name | tier | scope | fix | what it flags |", "| --- | --- | --- | --- | --- | --- |"]
     for rule in all_rules():
         fix = rule.fix_safety or ""

@@ -222,7 +222,7 @@ def _finding(ctx: ModuleContext, rule: Rule, report: Report, reason: Optional[Ho
     return Finding(
         code=rule.code, name=rule.name, message=message, filename=path,
         start=Location(r0, c0), end=Location(r1, c1), severity=severity, hot=hot,
-        fix=_fix(ctx, report), url=rule_url(rule.code),
+        fix=_fix(ctx, report), url=rule_url(rule.code, settings.rule_docs_url),
     )
 
 

@@ -45,6 +45,10 @@ class ItemInHotCode(Rule):
     )
     options = {CALL_CHAINS: CALL_CHAINS_OPTION}
     valid = [
+        # The page's *Use instead*: the flagged example, read once per epoch.
+        "import torch\n\ndef train(model, loader, opt):\n    running_loss = 0.0\n    for x, y in loader:\n"
+        "        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n"
+        "        running_loss += loss.detach()\n    print(running_loss.item())\n",
         "import torch\n\ndef train(model, loader, opt):\n    total = torch.zeros(())\n    for x, y in loader:\n        loss = model(x).sum()\n        total += loss.detach()\n    return total.item()\n",
         "import numpy as np\n\nfor row in range(10):\n    v = np.float64(row).item()\n",
         "import numpy as np\n\nscores = np.zeros(4)\nfor i in range(4):\n    best = scores.max().item()\n",
@@ -104,6 +108,11 @@ class ItemInHotCode(Rule):
         "        loss_value = loss.item()  # synchronize\n"
         "        print(loss_value, time.perf_counter() - t0)\n",
     ]
+    example_run = (
+        "model = torch.nn.Linear(8, 1).to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "train(model, [(torch.randn(4, 8, device=device), None)] * 3, opt)\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\ndef train(model, loader, opt):\n    for x, y in loader:\n        loss = model(x).sum()\n"

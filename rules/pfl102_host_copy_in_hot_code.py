@@ -43,6 +43,17 @@ class HostCopyInHotCode(Rule):
         "workarounds)."
     )
     valid = [
+        # The page's *Use instead*: the flagged example, fixed.
+        "import torch\n"
+        "\n"
+        "\n"
+        "@torch.no_grad()\n"
+        "def predict(model, loader):\n"
+        "    preds = []\n"
+        "    for x, _ in loader:\n"
+        "        logits = model(x.cuda(non_blocking=True))\n"
+        "        preds.append(logits.argmax(dim=1))\n"
+        "    return torch.cat(preds).cpu().numpy()\n",
         "import torch\n\n\n@torch.no_grad()\ndef predict(model, loader):\n"
         "    preds = []\n"
         "    for x, _ in loader:\n"
@@ -69,6 +80,9 @@ class HostCopyInHotCode(Rule):
         "        loss.backward()\n        opt.step()\n"
         "        losses.append(loss.detach().to(\"cpu\", non_blocking=True))\n",
     ]
+    example_run = (
+        "predict(torch.nn.Linear(8, 3).cuda(), [(torch.randn(4, 8), None)] * 3)\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\n\n@torch.no_grad()\ndef predict(model, loader):\n"

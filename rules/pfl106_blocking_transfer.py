@@ -89,6 +89,11 @@ class BlockingTransfer(Rule):
         # Outside hot code a blocking copy happens once.
         "import torch\n\nweights = torch.load(\"w.pt\").cuda()\n",
     ]
+    example_run = (
+        "dataset = torch.utils.data.TensorDataset(torch.randn(128, 8), torch.randint(0, 3, (128,)))\n"
+        "model = torch.nn.Linear(8, 3).to(device)\n"
+        "train(model, dataset, torch.optim.SGD(model.parameters(), lr=0.1), device)\n"
+    )
     invalid = [
         Invalid(
             "import torch\nfrom torch.utils.data import DataLoader\n\n\n"

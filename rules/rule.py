@@ -92,6 +92,10 @@ class Rule:
     options: ClassVar[Dict[str, Option]] = {}
     valid: ClassVar[Sequence[str]] = ()
     invalid: ClassVar[Sequence[Invalid]] = ()
+    # Code that runs the page's two examples (`docs.example_pair`): it follows each of them in one
+    # namespace where `device` is the GPU, and calls what they define with inputs on it.
+    # tests/rules/test_example_pages.py runs both on the CPU, checking where each tensor lives.
+    example_run: ClassVar[str] = ""
 
     def __init__(self, options: Optional[Dict[str, Any]] = None):
         values = {name: opt.default for name, opt in self.options.items()}

@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from perflsp.profile_result import (EXIT_GRAPH_BREAKS, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, exit_code_for,
                                     result_path, write_json_atomic)
@@ -310,8 +310,8 @@ def _plot_problem(path: str) -> Optional[str]:
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
-        return (f"--plot {path}: image plots need matplotlib, which {sys.executable} cannot import; install "
-                "the plot extra (pip install 'perflsp[plot]'), or write --plot roofline.html, which needs nothing")
+        return (f"--plot {path}: image plots need matplotlib, which {sys.executable} cannot import; install it "
+                f"({sys.executable} -m pip install matplotlib), or write --plot roofline.html, which needs nothing")
     if suffix.lstrip(".") not in FigureCanvasBase.get_supported_filetypes():
         return (f"--plot {path}: matplotlib cannot write {suffix or 'a file without an extension'}; "
                 "use .png, .svg, .pdf or .html")
@@ -363,10 +363,11 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
     error = result.get("error")
     code = EXIT_OK if result["status"] == "ok" else exit_code_for(error["kind"])
     written: Optional[Path] = None
+    previous: Optional[Dict[str, Any]] = None
     if result["status"] == "ok" or error["kind"] in PUBLISHED_ERRORS:
         path = result_path(workspace, result["target"]["module"], result["target"]["qualname"])
         try:
-            written = _publish(result, path, workspace)
+            written, previous = _publish(result, path, workspace)
         except OSError as exc:  # the measurement still counts: printed, and in --json
             print(f"perflsp: warning: the result is not saved in the workspace: {write_problem(path, exc)}",
                   file=sys.stderr)
@@ -383,7 +384,7 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
         else:
             from perflsp.runtime import plot
 
-            if _write_output("--plot", args.plot, lambda: plot.write(result, args.plot)):
+            if _write_output("--plot", args.plot, lambda: plot.write(result, args.plot, previous)):
                 if args.json != "-":
                     print(f"{'plot':<10} {args.plot}")
             else:
@@ -392,14 +393,16 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
     return code if outputs_written else EXIT_USAGE
 
 
-def _publish(result: Dict[str, Any], path: Path, workspace: Path) -> Path:
+def _publish(result: Dict[str, Any], path: Path, workspace: Path) -> Tuple[Path, Optional[Dict[str, Any]]]:
     """Compare a successful result with the function's previous one, then write the result file
-    and add it to the function's history (`perflsp.profile_history`)."""
+    and add it to the function's history (`perflsp.profile_history`). Returns the file written and
+    the previous successful result (None: none), which the plot shows too."""
     from perflsp import comparison, profile_history
     from perflsp.runtime import analysis
 
     ensure_inside(path, workspace)
     history = profile_history.load(profile_history.history_path(path), workspace)
+    previous = None
     if result["status"] == "ok":
         if not history.results:  # a result from before histories were kept starts the history
             older = analysis.read_previous(path)
@@ -416,7 +419,7 @@ def _publish(result: Dict[str, Any], path: Path, workspace: Path) -> Path:
             history.warning = f"could not write the profile history {history.path}: {exc}"
     if history.warning:
         print(f"perflsp: warning: {history.warning}", file=sys.stderr)
-    return written
+    return written, previous
 
 
 def peaks_command(args: argparse.Namespace) -> int:
