@@ -153,11 +153,28 @@ def load_schema() -> Dict[str, Any]:
 
 # --- the compile block -------------------------------------------------------------------------
 
+def not_compiled(block: Mapping[str, Any]) -> bool:
+    """torch.compile captured no graph (explain's `graph_count` 0): the whole call runs eagerly
+    (torch 2.13 skips a frame whose loop holds a graph break, and reports no break for it)."""
+    return block.get("graph_count") == 0
+
+
+def compile_falls_short(block: Mapping[str, Any]) -> bool:
+    """What `--fail-on-break` fails on: a graph break, a frame dynamo skipped, or no graph at all."""
+    return bool(block.get("graph_breaks")) or bool(block.get("skipped_frames")) or not_compiled(block)
+
+
 def compile_summary(block: Mapping[str, Any]) -> str:
     """The `compile` block in one line, for the terminal and the editor: `compiled: 0.12 ms vs
     eager 0.41 ms, 3.4× faster, 2 graph breaks, compile 19 s`, or what stopped it."""
     breaks = len(block.get("graph_breaks") or [])
     counted = f"{breaks} graph break{'s' if breaks != 1 else ''}"
+    skipped = block.get("skipped_frames") or 0
+    if not_compiled(block):
+        counted = "not compiled: torch.compile captured no graph, the call runs eagerly" + (
+            f" ({counted})" if breaks else "")
+    elif skipped:
+        counted += f", {skipped} frame{'s' if skipped != 1 else ''} skipped (run eagerly)"
     error = block.get("error")
     if block.get("speedup") is not None:
         speedup = block["speedup"]

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from perflsp.profile_result import (EXIT_GRAPH_BREAKS, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, exit_code_for,
-                                    result_path, write_json_atomic)
+from perflsp.profile_result import (EXIT_GRAPH_BREAKS, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, compile_falls_short,
+                                    exit_code_for, result_path, write_json_atomic)
 from perflsp.safe_files import ensure_inside, write_blocker, write_problem
 
 DEFAULT_PEAKS_TIMEOUT_S = 300.0
@@ -218,7 +218,7 @@ def profile_command(args: argparse.Namespace) -> int:
         result["verdict"]["notes"].extend(outcome.notes)
     code = _finish(args, result, workspace)
     _publish_hot(args, outcome.hot, workspace)
-    if code == EXIT_OK and args.fail_on_break and result["compile"]["graph_breaks"]:  # status ok: it ran
+    if code == EXIT_OK and args.fail_on_break and compile_falls_short(result["compile"]):  # status ok: it ran
         return EXIT_GRAPH_BREAKS
     return code
 
@@ -256,7 +256,7 @@ def _finish_graph_breaks(args: argparse.Namespace, target: Dict[str, Any], block
     sys.stdout.flush()
     if block["error"] is not None:  # the profile's exit codes; a missing facility is the environment's, as usage
         return EXIT_USAGE if block["error"]["kind"] == "unavailable" else exit_code_for(block["error"]["kind"])
-    return EXIT_GRAPH_BREAKS if args.fail_on_break and block["graph_breaks"] else EXIT_OK
+    return EXIT_GRAPH_BREAKS if args.fail_on_break and compile_falls_short(block) else EXIT_OK
 
 
 def _progress(args: argparse.Namespace) -> Any:

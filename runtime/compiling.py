@@ -36,14 +36,15 @@ def new_block(requested: str, device: str, explain_only: bool = False) -> Dict[s
     mode = effective_mode(requested, device)
     return {"mode": mode, "requested_mode": requested, "explain_only": explain_only, "eager_median_us": None,
             "compiled_median_us": None, "speedup": None, "compile_s": None, "compile_cache": None,
-            "graph_count": None, "graph_breaks": [], "recompiles": [],
+            "graph_count": None, "skipped_frames": None, "graph_breaks": [], "recompiles": [],
             "notes": [CPU_GRAPHS_NOTE] if mode != requested else [], "error": None}
 
 
 def find_breaks(fn: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], block: Dict[str, Any]) -> None:
     explained = dynamo_compat.explain(fn, args, kwargs)
     block["graph_count"] = explained.graph_count
-    block["graph_breaks"] = graph_breaks.graph_breaks(explained.reasons)
+    block["skipped_frames"] = explained.skipped_frames
+    block["graph_breaks"] = graph_breaks.graph_breaks(explained.reasons, explained.logged)
 
 
 def _round_options(options: TimingOptions) -> TimingOptions:

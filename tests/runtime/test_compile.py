@@ -39,7 +39,8 @@ def explained_breaks(qualname: str):
     spec.loader.exec_module(module)
     torch._dynamo.reset()
     try:
-        out = torch._dynamo.explain(getattr(module, qualname))(*module.make_inputs())
+        fn = getattr(module, qualname)
+        out = torch._dynamo.explain(fn)(*fn.__perflsp_profile__.setup())
     finally:
         torch._dynamo.reset()
     return {(os.path.realpath(r.user_stack[-1].filename), r.user_stack[-1].lineno) for r in out.break_reasons}
@@ -190,3 +191,36 @@ def test_a_torch_without_explain_gets_a_clear_message(monkeypatch):
     missing = re.escape(f"torch {torch.__version__} has no torch._dynamo.explain")
     with pytest.raises(dynamo_compat.CompileUnavailable, match=missing):
         dynamo_compat.explain(lambda x: x + 1, (torch.ones(2),), {})
+
+
+@pytest.mark.parametrize("qualname, marked, explain_names_it, graphs", [
+    ("item_in_loop", ".item() > 1e6", False, 0),  # the frame is skipped: nothing compiled
+    ("while_on_item", "while y.sum().item()", True, 1),  # a graph, then the loop runs eagerly
+    ("loop_count_from_item", "range(int(count.item()))", False, 1),  # a break before the first graph
+])
+def test_item_in_a_loop_is_a_break_on_its_line_and_fails_ci(peaks_cache, tmp_path, find_line, qualname, marked,
+                                                            explain_names_it, graphs):
+    """torch 2.13 skips a frame whose loop breaks the graph, and explain's reasons do not say so."""
+    line = find_line(CASES, marked)
+    assert ((os.path.realpath(CASES), line) in explained_breaks(qualname)) == explain_names_it
+    out = _run(peaks_cache, tmp_path, f"{CASES}:{qualname}", "--graph-breaks", "--fail-on-break", "--json", "-")
+    assert out.returncode == profile_result.EXIT_GRAPH_BREAKS, out.stdout + out.stderr
+    block = json.loads(out.stdout)["compile"]
+    assert block["graph_count"] == graphs
+    assert [(b["file"], b["line"]) for b in block["graph_breaks"]] == [(os.path.realpath(CASES), line)]
+    assert "Graph break" not in out.stderr  # dynamo's own log was read, not printed
+    skipped = block["skipped_frames"] > 0
+    assert skipped == (qualname != "loop_count_from_item")
+    assert block["graph_breaks"][0]["explanation"].startswith("a graph break inside a loop") == skipped
+
+
+def test_a_function_torch_compile_skips_is_not_compiled_in_text_and_fails_ci(peaks_cache, tmp_path):
+    out = _run(peaks_cache, tmp_path, f"{CASES}:item_in_loop", "--compile", "--fail-on-break", "--min-time", "0.05",
+               "--json", str(tmp_path / "out.json"))
+    assert out.returncode == profile_result.EXIT_GRAPH_BREAKS, out.stdout + out.stderr
+    result = json.loads((tmp_path / "out.json").read_text())
+    _validate(result)
+    block = result["compile"]
+    assert block["error"] is None and block["graph_count"] == 0 and block["compiled_median_us"] > 0
+    assert "not compiled: torch.compile captured no graph" in out.stdout
+    assert "0 graph breaks" not in out.stdout
