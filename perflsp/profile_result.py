@@ -183,7 +183,8 @@ def compile_summary(block: Mapping[str, Any]) -> str:
                  f"{units.duration_us(block['eager_median_us'])}", faster, counted]
         if block.get("recompiles"):
             parts.append(f"{len(block['recompiles'])} recompiles")
-        parts.append(f"compile {block['compile_s']:.2g} s" + (f" ({block['compile_cache']} cache)"
+        # "inductor": `--cold-cache` is about the inputs, this is the compiler's on-disk cache
+        parts.append(f"compile {block['compile_s']:.2g} s" + (f" (inductor cache {block['compile_cache']})"
                                                             if block.get("compile_cache") else ""))
     elif block.get("graph_count") is not None:  # explained, then nothing (more) measured
         parts = [f"torch.compile: {counted}" + (" (explain only, not compiled)" if block.get("explain_only") else "")]

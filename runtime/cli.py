@@ -208,8 +208,10 @@ def profile_command(args: argparse.Namespace) -> int:
             outcome = supervisor.run_job(job, timeout_s, on_message=progress, stop_after_result=not args.no_stop)
             result = outcome.payload if outcome.payload is not None else _failed_run(base, outcome, timeout_s, target)
             if result["status"] == "ok" and compile_mode is not None:
-                result["compile"] = _compile_block(job, result["device"]["kind"], compile_mode,
-                                                   args.compile_timeout, progress)
+                result["compile"] = _compile_block(dict(job, cold_levels=result["ceilings"]["levels"]),
+                                                   result["device"]["kind"], compile_mode, args.compile_timeout,
+                                                   progress)
+                _cross_check(result)
     finally:
         progress.finish()
     if args.graph_breaks:
@@ -221,6 +223,16 @@ def profile_command(args: argparse.Namespace) -> int:
     if code == EXIT_OK and args.fail_on_break and compile_falls_short(result["compile"]):  # status ok: it ran
         return EXIT_GRAPH_BREAKS
     return code
+
+
+def _cross_check(result: Dict[str, Any]) -> None:
+    """A note in the compile block when its eager calls and the eager profile's disagree."""
+    from perflsp.runtime import compile_windows
+
+    note = compile_windows.disagreement_note(result["timing"], result["compile"],
+                                             (result.get("environment") or {}).get("load_average_1m"))
+    if note:
+        result["compile"]["notes"].append(note)
 
 
 def _compile_block(job: Dict[str, Any], device: str, mode: str, timeout_s: float, progress: Any,

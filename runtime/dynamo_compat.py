@@ -13,8 +13,8 @@ so a later torch may drop or reshape them: each one missing is a clear message, 
   `... in user code at FILE:LINE` then `Graph Break Reason: ...`; it is read during explain.
   Missing or reworded: only explain's reasons are reported.
 - `counters["frames"]` counts the frames dynamo started (`total`) and finished (`ok`): the
-  difference is the frames it gave up on and ran eagerly, whether or not the log named a line.
-  Missing: the count is unknown (null).
+  difference is the frames it gave up on and ran eagerly, whether or not the log named a line;
+  `total` growing during the timed calls means they compiled again. Missing: unknown (null).
 - Guard failures (the reason behind each recompilation) are kept per code object in
   `torch._dynamo.utils.guard_failures`; `torch._dynamo.reset()` clears them. Missing: None, and
   the result says recompilations are not reported.
@@ -129,6 +129,12 @@ def explain(fn: Callable[..., Any], args: tuple, kwargs: Dict[str, Any]) -> Expl
     skipped = None if before is None or after is None else (after[0] - before[0]) - (after[1] - before[1])
     return Explained(int(out.graph_count), [(r.reason, list(r.user_stack)) for r in out.break_reasons],
                      log.breaks, skipped)
+
+
+def frames_compiled() -> Optional[int]:
+    """Frames dynamo has started compiling in this process (each compile and recompile), or None."""
+    counts = _frame_counts()
+    return None if counts is None else counts[0]
 
 
 def compile_fn(fn: Callable[..., Any], mode: str) -> Callable[..., Any]:

@@ -227,7 +227,8 @@ def run_compile(job: Job) -> int:
         compiling.find_breaks(fn, args, kwargs, block)
         job.write({"compile": block})
         if not block["explain_only"]:
-            compiling.measure(fn, args, kwargs, job.device, block, job.timing_options(marker), job.reporter)
+            compiling.measure(fn, args, kwargs, job.device, block, job.timing_options(marker), job.reporter,
+                              cold_levels=d.get("cold_levels") if d.get("cold_cache") else None)
     except CompileUnavailable as exc:
         block["error"] = {"kind": "unavailable", "message": str(exc)}
     except (TargetError, UsageError, SpecSyntaxError) as exc:

@@ -56,7 +56,7 @@ def _validate(result):
 def compiled_run(peaks_cache, tmp_path_factory):
     workspace = tmp_path_factory.mktemp("compiled")
     started = time.monotonic()
-    out = _run(peaks_cache, workspace, f"{CASES}:pointwise_with_breaks", "--compile", "--min-time", "0.5",
+    out = _run(peaks_cache, workspace, f"{CASES}:pointwise_with_breaks", "--compile", "--cold-cache", "--min-time", "0.5",
                "--progress", "json", "--json", str(workspace / "out.json"))
     return out, json.loads((workspace / "out.json").read_text()), time.monotonic() - started
 
@@ -83,6 +83,26 @@ def test_compile_reports_both_medians_and_the_breaks_explain_reports(compiled_ru
     assert phases.index("analysis") < phases.index("explain") < phases.index("compile")
     print(f"compile {block['compile_s']:.1f} s, eager {block['eager_median_us']:.0f} us, compiled "
           f"{block['compiled_median_us']:.0f} us, speedup {block['speedup']:.2f}, whole run {elapsed:.0f} s")
+
+
+@pytest.mark.slow
+def test_compiled_and_eager_medians_come_from_the_same_kind_of_window(compiled_run):
+    """Same inputs (the eager profile's --cold-cache copies), warm-up policy, clock and rounds,
+    and no compilation inside the timed calls: the speedup divides like by like."""
+    out, result, _ = compiled_run
+    block = result["compile"]
+    windows = block["windows"]
+    assert windows["cache"] == result["settings"]["cache"] == "cold"
+    assert windows["clock"] == result["timing"]["clock"]
+    assert windows["compiles_during_timing"] == 0
+    minimum = result["settings"]["warmup"]
+    for side in ("eager", "compiled"):
+        assert windows[side]["warmup_calls"] >= minimum and windows[side]["calls"] >= windows["rounds"]
+    assert (block["eager_median_us"], block["compiled_median_us"]) == (windows["eager"]["median_us"],
+                                                                      windows["compiled"]["median_us"])
+    [profile_copies] = re.findall(r"the next of (\d+) copies", " ".join(result["verdict"]["notes"]))
+    [compile_copies] = re.findall(r"rotate over the same (\d+) copies", " ".join(block["notes"]))
+    assert profile_copies == compile_copies
 
 
 def test_graph_breaks_only_is_fast_saves_nothing_and_fails_ci_on_a_break(peaks_cache, tmp_path):

@@ -1,0 +1,39 @@
+"""The note that says when the eager profile and the eager calls timed beside the compiled ones
+disagree (their p10-p90 ranges apart), and stays silent when they overlap."""
+from __future__ import annotations
+
+from perflsp import units
+from perflsp.runtime import compile_windows
+
+
+def _timing(samples_us):
+    """A timing summary as `timing.summarize` writes it, from per-call times in µs."""
+    window = compile_windows.side([], [us / 1e6 for us in samples_us])
+    return {key: window[key] for key in ("median_us", "p10_us", "p90_us")}
+
+
+def _block(eager_samples_us, load=None):
+    return {"windows": {"eager": compile_windows.side([0.1] * 3, [us / 1e6 for us in eager_samples_us]),
+                        "load_average_1m": load}}
+
+
+def test_overlapping_eager_windows_need_no_note():
+    profile = _timing([4000 + 50 * i for i in range(40)])
+    assert compile_windows.disagreement_note(profile, _block([3900 + 60 * i for i in range(40)])) is None
+
+
+def test_eager_windows_apart_say_so_with_both_medians_and_the_loads():
+    profile = _timing([4350 + 10 * i for i in range(40)])
+    block = _block([54600 + 100 * i for i in range(40)], load=3.9)
+    note = compile_windows.disagreement_note(profile, block, profile_load=1.1)
+    ratio = block["windows"]["eager"]["median_us"] / profile["median_us"]
+    assert f"{ratio:.2g}× the profile's" in note
+    assert units.duration_us(block["windows"]["eager"]["median_us"]) in note
+    assert units.duration_us(profile["median_us"]) in note
+    assert "load average 1.10 then 3.90" in note
+
+
+def test_a_recompilation_inside_the_timed_calls_is_a_note():
+    assert compile_windows.notes({"compiles_during_timing": 0}) == []
+    [note] = compile_windows.notes({"compiles_during_timing": 2})
+    assert "compiled 2 more time(s) during the timed calls" in note
