@@ -135,6 +135,7 @@ def result_from(measured: Measurement, ctx: Context, program: Optional[Dict[str,
         top_lines=ctx.top_lines,
         program=program,
         cold_cache=ctx.cold_cache,
+        warmup_s=measured.warmup_s,
     ))
 
 
