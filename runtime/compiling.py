@@ -96,8 +96,11 @@ def measure(fn: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], device:
     block["compile_cache"] = _cache_state(cache_before, dynamo_compat.inductor_cache_counts())
     if cold_levels:
         copies, _ = cold_cache.input_copies(args, kwargs, cold_levels)
-        block["notes"].append(f"cold cache: the compiled and the eager calls rotate over the same {len(copies)} "
-                              "copies of the inputs, as the eager profile's calls did")
+        block["notes"].append(
+            f"cold cache: the compiled and the eager calls rotate over the same {len(copies)} copies of the inputs, "
+            "as the eager profile's calls did" if len(copies) > 1 else
+            "cold cache: the inputs are larger than the caches, so the compiled and the eager calls read them from "
+            "main memory without copies, as the eager profile's calls did")
         calls = {"compiled": cold_cache.rotating(compiled, copies), "eager": cold_cache.rotating(fn, copies)}
     else:
         calls = {"compiled": lambda: compiled(*args, **kwargs), "eager": lambda: fn(*args, **kwargs)}
