@@ -171,15 +171,15 @@ def compile_summary(block: Mapping[str, Any]) -> str:
     counted = f"{breaks} graph break{'s' if breaks != 1 else ''}"
     skipped = block.get("skipped_frames") or 0
     if not_compiled(block):
-        counted = "not compiled: torch.compile captured no graph, the call runs eagerly" + (
-            f" ({counted})" if breaks else "")
+        counted = "not compiled, the call runs eagerly: dynamo captured no graph" + (f" ({counted})" if breaks else "")
     elif skipped:
         counted += f", {skipped} frame{'s' if skipped != 1 else ''} skipped (run eagerly)"
     error = block.get("error")
     if block.get("speedup") is not None:
         speedup = block["speedup"]
         faster = f"{speedup:.2g}× faster" if speedup >= 1 else f"{1 / speedup:.2g}× slower"
-        parts = [f"compiled: {units.duration_us(block['compiled_median_us'])} vs eager "
+        label = "under torch.compile" if not_compiled(block) else "compiled"
+        parts = [f"{label}: {units.duration_us(block['compiled_median_us'])} vs eager "
                  f"{units.duration_us(block['eager_median_us'])}", faster, counted]
         if block.get("recompiles"):
             parts.append(f"{len(block['recompiles'])} recompiles")
@@ -187,7 +187,8 @@ def compile_summary(block: Mapping[str, Any]) -> str:
         parts.append(f"compile {block['compile_s']:.2g} s" + (f" (inductor cache {block['compile_cache']})"
                                                             if block.get("compile_cache") else ""))
     elif block.get("graph_count") is not None:  # explained, then nothing (more) measured
-        parts = [f"torch.compile: {counted}" + (" (explain only, not compiled)" if block.get("explain_only") else "")]
+        explain_only = block.get("explain_only") and not not_compiled(block)  # else it says "not compiled" twice
+        parts = [f"torch.compile: {counted}" + (" (explain only, not compiled)" if explain_only else "")]
     else:
         parts = ["torch.compile"]
     if error:
