@@ -1,6 +1,11 @@
-"""The note that says when the eager profile and the eager calls timed beside the compiled ones
-disagree (their p10-p90 ranges apart), and stays silent when they overlap."""
+"""The windows the two `--compile` medians come from: a compilation inside the timed rounds is
+counted (real dynamo), and the note that says when the eager profile and the eager calls timed
+beside the compiled ones disagree (their p10-p90 ranges apart), silent when they overlap."""
 from __future__ import annotations
+
+import itertools
+
+import pytest
 
 from perflsp import units
 from perflsp.runtime import compile_windows
@@ -37,3 +42,26 @@ def test_a_recompilation_inside_the_timed_calls_is_a_note():
     assert compile_windows.notes({"compiles_during_timing": 0}) == []
     [note] = compile_windows.notes({"compiles_during_timing": 2})
     assert "compiled 2 more time(s) during the timed calls" in note
+
+
+def test_a_recompilation_inside_the_timed_rounds_is_counted_and_noted():
+    torch = pytest.importorskip("torch")
+    from perflsp.runtime import compiling, dynamo_compat
+    from perflsp.runtime.channel import NullReporter
+    from perflsp.runtime.timing import TimingOptions
+
+    options = TimingOptions(warmup=3, max_warmup=3, iters=50)  # 3 warm-up calls, then 5 rounds of 10
+    compiled = torch.compile(lambda x: x * 2 + 1, backend="eager")  # dynamo's compiles without inductor's time
+    # The compiled side's 21st call gets float64 inputs: a new guard, compiled inside the timed rounds.
+    inputs = itertools.chain([torch.ones(8)] * 20, itertools.repeat(torch.ones(8, dtype=torch.float64)))
+    calls = {"compiled": lambda: compiled(next(inputs)), "eager": lambda: torch.ones(8) * 2 + 1}
+    dynamo_compat.reset()
+    try:
+        windows = compiling.interleaved_windows(calls, "cpu", options, NullReporter())
+    finally:
+        dynamo_compat.reset()
+    assert windows["compiles_during_timing"] == 1
+    assert windows["compiled"]["warmup_calls"] == windows["eager"]["warmup_calls"] == 3
+    assert windows["compiled"]["calls"] == windows["eager"]["calls"] == 50
+    [note] = compile_windows.notes(windows)
+    assert "compiled 1 more time(s) during the timed calls" in note
