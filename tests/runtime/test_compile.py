@@ -100,7 +100,7 @@ def test_compiled_and_eager_medians_come_from_the_same_kind_of_window(compiled_r
     windows = block["windows"]
     assert windows["cache"] == result["settings"]["cache"] == "cold"
     assert windows["clock"] == result["timing"]["clock"]
-    assert windows["compiles_during_timing"] == 0
+    assert windows["compiles_during_timing"] == 0 and not any("during the timed calls" in n for n in block["notes"])
     minimum = result["settings"]["warmup"]
     for side in ("eager", "compiled"):
         assert windows[side]["warmup_calls"] >= minimum and windows[side]["calls"] >= windows["rounds"]

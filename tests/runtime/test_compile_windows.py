@@ -38,12 +38,6 @@ def test_eager_windows_apart_say_so_with_both_medians_and_the_loads():
     assert "load average 1.10 then 3.90" in note
 
 
-def test_a_recompilation_inside_the_timed_calls_is_a_note():
-    assert compile_windows.notes({"compiles_during_timing": 0}) == []
-    [note] = compile_windows.notes({"compiles_during_timing": 2})
-    assert "compiled 2 more time(s) during the timed calls" in note
-
-
 def test_a_recompilation_inside_the_timed_rounds_is_counted_and_noted():
     torch = pytest.importorskip("torch")
     from perflsp.runtime import compiling, dynamo_compat
