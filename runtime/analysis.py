@@ -23,7 +23,6 @@ from perflsp.runtime import roofline, steadiness
 from perflsp.runtime.counting import OpRecord, flops_uncounted
 from perflsp.runtime.peaks import ceiling_for, ceilings_id, level_for
 from perflsp.runtime.profiling import Attribution, CleanProfile, RangeTiming, SHORT_KERNEL_US, median_or_none
-from perflsp.runtime.steadiness import NOISY_SPREAD
 from perflsp.runtime.timing import percentile
 
 SYNC_LABELS = {
@@ -296,7 +295,7 @@ def _noise_notes(timing: Dict[str, Any], environment: Dict[str, Any], threads: i
     load, cpus = environment.get("load_average_1m_before"), environment.get("cpu_count")
     busy = load is not None and bool(cpus) and load >= BUSY_LOAD + max(0, cpus - threads)
     spread = timing["p90_us"] / timing["p10_us"] if timing["calls"] >= 5 and timing["p10_us"] > 0 else None
-    noisy = spread is not None and spread > NOISY_SPREAD
+    noisy = spread is not None and spread > steadiness.NOISY_SPREAD
     if not busy and not noisy:
         return []
     figures = []
