@@ -154,6 +154,7 @@ class Inputs:
     program: Optional[Dict[str, Any]] = None
     cold_cache: bool = False  # each call read its inputs from main memory (`cold_cache.py`)
     warmup_s: Sequence[float] = ()  # the warm-up calls: whether they settled (steadiness.py)
+    wanted_calls: Optional[int] = None  # timed calls a program run asked for (it may end first)
 
 
 def _dominant_dtype(records: List[OpRecord]) -> Optional[str]:
@@ -480,7 +481,7 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
         working_set_bytes=working_set_bytes,
     )
     verdict, got = roofline.classify(figures, ceilings)
-    steady = steadiness.assess(inp.timing, inp.timing.get("samples_us") or [], inp.warmup_s)
+    steady = steadiness.assess(inp.timing, inp.timing.get("samples_us") or [], inp.warmup_s, inp.wanted_calls)
     tentative = steadiness.tentative_note(steady, program_run=inp.program is not None)
     if tentative:
         verdict.summary += f"; tentative: {steady.calls} unsteady timed calls (see the notes)"

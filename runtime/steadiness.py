@@ -32,10 +32,13 @@ class Steadiness:
     fastest_us: float
     drift: Optional[float]  # last third's median / first third's, minus 1 (None: too few calls)
     warmup_settled: Optional[bool]  # the last two warm-up calls agreed (None: fewer than two)
+    wanted_calls: Optional[int] = None  # a program run's timed calls asked for (its end can come first)
 
     def reasons(self) -> List[str]:
         """Why the regime may not hold, each with its figures; empty when the calls are steady."""
         out = []
+        if self.wanted_calls is not None and self.calls < self.wanted_calls:
+            out.append(f"the program ended after {self.calls} of the {self.wanted_calls} timed calls wanted")
         if self.calls < FEW_CALLS:
             out.append(f"only {self.calls} timed call{'s' if self.calls != 1 else ''}")
         if self.fastest_us > 0 and self.median_us / self.fastest_us >= FASTEST_GAP:
@@ -51,9 +54,10 @@ class Steadiness:
         return out
 
 
-def assess(timing: Mapping[str, float], samples_us: Sequence[float], warmup_s: Sequence[float]) -> Steadiness:
+def assess(timing: Mapping[str, float], samples_us: Sequence[float], warmup_s: Sequence[float],
+           wanted_calls: Optional[int] = None) -> Steadiness:
     """`timing`: the summary (median, p10, p90, min, calls); `samples_us`: the timed calls in call
-    order (a subset will do); `warmup_s`: the warm-up calls."""
+    order (a subset will do); `warmup_s`: the warm-up calls; `wanted_calls`: a program run's."""
     third = len(samples_us) // 3
     drift = (statistics.median(samples_us[-third:]) / statistics.median(samples_us[:third]) - 1
              if len(samples_us) >= MIN_DRIFT_CALLS and statistics.median(samples_us[:third]) > 0 else None)
@@ -62,7 +66,7 @@ def assess(timing: Mapping[str, float], samples_us: Sequence[float], warmup_s: S
         a, b = warmup_s[-2], warmup_s[-1]
         settled = min(a, b) <= 0 or abs(a - b) / min(a, b) <= STABLE_TOLERANCE
     return Steadiness(int(timing["calls"]), timing["median_us"], timing["p10_us"], timing["p90_us"],
-                      timing["min_us"], drift, settled)
+                      timing["min_us"], drift, settled, wanted_calls)
 
 
 def tentative_note(steadiness: Steadiness, program_run: bool) -> Optional[str]:

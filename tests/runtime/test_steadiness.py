@@ -69,6 +69,7 @@ def test_a_short_program_run_gives_a_tentative_verdict(run_job, targets_dir, tmp
     assert calls < steadiness.FEW_CALLS
     [note] = _tentative(result)
     assert f"it rests on {calls} timed calls" in note and f"only {calls} timed call" in note
+    assert f"the program ended after {calls} of the 50 timed calls wanted" in note
     assert "run the program for more steps" in note
     assert "; tentative: " in result["verdict"]["summary"]
 
