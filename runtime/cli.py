@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from perflsp.profile_result import (EXIT_GRAPH_BREAKS, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, exit_code_for,
-                                    result_path, write_json_atomic)
+from perflsp.profile_result import (EXIT_GRAPH_BREAKS, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, compile_falls_short,
+                                    exit_code_for, result_path, write_json_atomic)
 from perflsp.safe_files import ensure_inside, write_blocker, write_problem
 
 DEFAULT_PEAKS_TIMEOUT_S = 300.0
@@ -208,8 +208,10 @@ def profile_command(args: argparse.Namespace) -> int:
             outcome = supervisor.run_job(job, timeout_s, on_message=progress, stop_after_result=not args.no_stop)
             result = outcome.payload if outcome.payload is not None else _failed_run(base, outcome, timeout_s, target)
             if result["status"] == "ok" and compile_mode is not None:
-                result["compile"] = _compile_block(job, result["device"]["kind"], compile_mode,
-                                                   args.compile_timeout, progress)
+                result["compile"] = _compile_block(dict(job, cold_levels=result["ceilings"]["levels"]),
+                                                   result["device"]["kind"], compile_mode, args.compile_timeout,
+                                                   progress)
+                _cross_check(result)
     finally:
         progress.finish()
     if args.graph_breaks:
@@ -218,9 +220,19 @@ def profile_command(args: argparse.Namespace) -> int:
         result["verdict"]["notes"].extend(outcome.notes)
     code = _finish(args, result, workspace)
     _publish_hot(args, outcome.hot, workspace)
-    if code == EXIT_OK and args.fail_on_break and result["compile"]["graph_breaks"]:  # status ok: it ran
+    if code == EXIT_OK and args.fail_on_break and compile_falls_short(result["compile"]):  # status ok: it ran
         return EXIT_GRAPH_BREAKS
     return code
+
+
+def _cross_check(result: Dict[str, Any]) -> None:
+    """A note in the compile block when its eager calls and the eager profile's disagree."""
+    from perflsp.runtime import compile_windows
+
+    note = compile_windows.disagreement_note(result["timing"], result["compile"],
+                                             (result.get("environment") or {}).get("load_average_1m"))
+    if note:
+        result["compile"]["notes"].append(note)
 
 
 def _compile_block(job: Dict[str, Any], device: str, mode: str, timeout_s: float, progress: Any,
@@ -256,7 +268,7 @@ def _finish_graph_breaks(args: argparse.Namespace, target: Dict[str, Any], block
     sys.stdout.flush()
     if block["error"] is not None:  # the profile's exit codes; a missing facility is the environment's, as usage
         return EXIT_USAGE if block["error"]["kind"] == "unavailable" else exit_code_for(block["error"]["kind"])
-    return EXIT_GRAPH_BREAKS if args.fail_on_break and block["graph_breaks"] else EXIT_OK
+    return EXIT_GRAPH_BREAKS if args.fail_on_break and compile_falls_short(block) else EXIT_OK
 
 
 def _progress(args: argparse.Namespace) -> Any:
