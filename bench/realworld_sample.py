@@ -11,6 +11,7 @@ precision of such a file.
     python bench/realworld_sample.py --mirrors DIR --repos OWNER/NAME ... --seed 20261201 --n 60 --out FILE
     python bench/realworld_sample.py --mirrors DIR --repos ... --per-rule 12 --preview --out FILE
     python bench/realworld_sample.py --mirrors DIR --repos ... --rules PFL101 --per-rule 40 --preview --out FILE
+    python bench/realworld_sample.py --mirrors DIR --repos ... --per-context 15 --preview --out FILE
     python bench/realworld_sample.py --score bench/realworld/judged-2026-12-01.jsonl
 """
 from __future__ import annotations
@@ -50,6 +51,21 @@ def findings_of(root: Path, perflsp: str, preview: bool):
     return json.loads(out.stdout)
 
 
+def hot_context(hot: str) -> str:
+    """The kind of evidence a finding's hot reason rests on, as tiers are measured per (rule, context)."""
+    if not hot:
+        return "not-hot"
+    if hot.startswith("inside the training loop"):
+        return "training-loop"
+    if hot.startswith("inside the step loop"):
+        return "step-loop"
+    if "called from" in hot or "called inside a step loop" in hot or "defined in" in hot:
+        return "call-chain"
+    if hot.startswith("in `"):
+        return "entry-point"
+    return "loop-in-per-step-code"
+
+
 def context(root: Path, path: str, row: int) -> str:
     lines = (root / path).read_text(encoding="utf-8", errors="replace").splitlines()
     start = max(row - CONTEXT_LINES, 1)
@@ -76,15 +92,17 @@ def sample(args) -> int:
                 if args.rules and f["code"] not in args.rules:
                     continue
                 path = str(Path(f["filename"]).as_posix()).lstrip("./")
+                hot = (f.get("hot") or {}).get("message")
                 pool.append({"repo": repo, "commit": commit, "path": path, "line": f["location"]["row"], "code": f["code"],
-                             "message": f["message"], "hot": (f.get("hot") or {}).get("message"),
+                             "message": f["message"], "hot": hot, "hot_context": hot_context(hot or ""),
                              "fix": (f.get("fix") or {}).get("message"), "context": context(root, path, f["location"]["row"])})
     rng = random.Random(args.seed)
-    if args.per_rule:  # every rule's precision needs its own judged findings: up to K of each
-        by_rule = collections.defaultdict(list)
+    if args.per_rule or args.per_context:  # each stratum's precision needs its own judged findings: up to K of each
+        strata = collections.defaultdict(list)
         for record in pool:
-            by_rule[record["code"]].append(record)
-        drawn = [r for code in sorted(by_rule) for r in rng.sample(by_rule[code], min(args.per_rule, len(by_rule[code])))]
+            strata[(record["code"], record["hot_context"] if args.per_context else "")].append(record)
+        k = args.per_context or args.per_rule
+        drawn = [r for key in sorted(strata) for r in rng.sample(strata[key], min(k, len(strata[key])))]
     else:
         drawn = rng.sample(pool, min(args.n, len(pool)))
     with open(args.out, "w") as fh:
@@ -92,6 +110,7 @@ def sample(args) -> int:
             fh.write(json.dumps(record) + "\n")
     print(f"drew {len(drawn)} of {len(pool)} findings with seed {args.seed} into {args.out}")
     print("by rule:", dict(collections.Counter(r["code"] for r in drawn).most_common()))
+    print("by rule and context:", dict(collections.Counter(f"{r['code']}/{r['hot_context']}" for r in drawn).most_common()))
     return 0
 
 
@@ -103,8 +122,10 @@ def score(path: str) -> int:
     by_rule = collections.defaultdict(collections.Counter)
     for j in judged:
         by_rule[j["code"]][j["verdict"]] += 1
-    for code, c in sorted(by_rule.items()):
-        print(f"  {code}: {dict(c)}")
+        by_rule[f"{j['code']}/{j.get('hot_context') or hot_context(j.get('hot') or '')}"][j["verdict"]] += 1
+    for key, c in sorted(by_rule.items()):
+        tp, fp = c["true-positive"], c["false-positive"]
+        print(f"  {key}: {dict(c)}" + (f" precision {tp / (tp + fp):.2f}" if tp + fp else ""))
     return 0
 
 
@@ -115,6 +136,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--n", type=int, default=60, help="findings drawn uniformly from all repositories")
     parser.add_argument("--per-rule", type=int, default=0, metavar="K", help="instead, up to K findings of each rule")
+    parser.add_argument("--per-context", type=int, default=0, metavar="K",
+                        help="instead, up to K findings of each (rule, hot context) pair")
     parser.add_argument("--preview", action="store_true", help="check with preview rules on")
     parser.add_argument("--rules", nargs="+", default=[], metavar="CODE", help="draw only findings of these rules")
     parser.add_argument("--out", default="sample.jsonl")

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from perflsp import __version__
+from perflsp import __version__, output
 from perflsp.config import ConfigError, Settings
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -33,7 +33,8 @@ def _jobs(value: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perflsp", description="A performance linter for PyTorch.")
-    parser.add_argument("--version", action="version", version=f"perflsp {__version__}")
+    # Not argparse's "version" action: it ignores a failed write, and `perflsp --version | ...` must not.
+    parser.add_argument("--version", action="store_true", help="show perflsp's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     check = sub.add_parser("check", help="check files and folders for performance bugs")
@@ -80,6 +81,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            output.flush()
+    except output.OutputError as exc:
+        return output.failed(exc)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "record":
         from perflsp.record_command import main as record_main
@@ -90,6 +101,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return runtime_main(argv)
     args = _parser().parse_args(argv)
+    if args.version:
+        output.write(f"perflsp {__version__}\n")
+        return EXIT_CLEAN
     try:
         if args.command == "check":
             return _check(args)
@@ -113,14 +127,14 @@ def _rule(args: argparse.Namespace) -> int:
     from perflsp.rules.registry import all_rules, rule_by_code
 
     if args.all or not args.code:
-        for rule in all_rules():
-            print(f"{rule.code}  {rule.name:<30} {tier(rule):<24} {rule.scope:<4} {rule.summary}")
+        output.write("".join(f"{rule.code}  {rule.name:<30} {tier(rule):<24} {rule.scope:<4} {rule.summary}\n"
+                             for rule in all_rules()))
         return EXIT_CLEAN
     rule = rule_by_code(args.code)
     if rule is None:
         print(f"perflsp: error: no rule {args.code!r}; `perflsp rule --all` lists them", file=sys.stderr)
         return EXIT_USAGE
-    print(render_rule(rule))
+    output.write(render_rule(rule) + "\n")
     return EXIT_CLEAN
 
 
@@ -188,11 +202,11 @@ def _check(args: argparse.Namespace) -> int:
                       sources=_sources(findings) if args.output_format == "text" else None,
                       color=sys.stdout.isatty())
         if text and not (args.quiet and not findings):
-            print(text, end="" if text.endswith("\n") else "\n")
+            output.write(text if text.endswith("\n") else text + "\n")
         if args.show_refuted:
             from perflsp.record_command import refuted_listing
 
-            print(refuted_listing([f for r in results for f in r.refuted]), end="")
+            output.write(refuted_listing([f for r in results for f in r.refuted]))
     if args.exit_zero:
         return EXIT_CLEAN
     return EXIT_FINDINGS if findings or would_change else EXIT_CLEAN
@@ -219,11 +233,11 @@ def _check_stdin(args: argparse.Namespace, overrides: Dict[str, Any]) -> int:
         return EXIT_USAGE
     if args.fix:
         # Ruff's convention: the fixed source on stdout, in the encoding it came in; findings on stderr.
-        sys.stdout.buffer.write(new.encode(encoding))
+        output.write(new.encode(encoding))
         if remaining:
             print(render(remaining, "concise"), file=sys.stderr)
         return EXIT_FINDINGS if remaining and not args.exit_zero else EXIT_CLEAN
-    print(render(findings, args.output_format, statistics=args.statistics, sources={name: text}), end="")
+    output.write(render(findings, args.output_format, statistics=args.statistics, sources={name: text}))
     return EXIT_FINDINGS if findings and not args.exit_zero else EXIT_CLEAN
 
 
@@ -258,7 +272,8 @@ def _modify(results, overrides: Dict[str, Any], args: argparse.Namespace):
                 continue
             (new, added), remaining, fixed = add_noqa(old, result.findings), [], []
         else:
-            new, fixed, remaining = fix_text(old, result.path, settings, unsafe=args.unsafe_fixes)
+            new, fixed, remaining = fix_text(old, result.path, settings, unsafe=args.unsafe_fixes,
+                                             facts_of=result.facts_of)
             added = 0
             if args.show_fixes:
                 for finding in fixed:
@@ -269,7 +284,7 @@ def _modify(results, overrides: Dict[str, Any], args: argparse.Namespace):
         directives += added
         if args.diff:
             would_change = True
-            sys.stdout.write(unified_diff(old, new, result.path))
+            output.write(unified_diff(old, new, result.path))
             continue
         runner.write_text(path, new)
         result.findings = remaining

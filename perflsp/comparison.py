@@ -1,24 +1,27 @@
 """A profile result against the previous one for the same function: the re-measure loop.
 
 `compare(result, previous)` builds the result's `comparison` block; `describe` and `short` turn
-it into the sentence the CLI prints and the hover shows ("0.41 ms → 0.12 ms (3.4× faster) since
-11:02; memory-bound → compute-bound") and the code lens's few words. Standard library only: the
-runtime writes the block, the language server only reads it.
+it into the sentence the CLI prints and the hover shows ("0.41 ms → 0.12 ms since 11:02: 3.42×
+faster (95% interval 3.3–3.5×); memory-bound → compute-bound") and the code lens's few words.
+Standard library only: the runtime writes the block, the language server only reads it.
 
 What `speedup` holds: the previous median over this median, but only when the two runs timed
 the same work on the same machine. When the inputs or the device changed (or the previous result
 does not say what they were) the time moved for a reason that is not the code, so `speedup` is
 null and the sentence says why: a smaller input is not a speedup. A change of code or of the
 ceilings keeps the speedup (the clock does not depend on the ceilings; a code change is the point
-of the loop). `significant` says whether the two runs' p10-p90 ranges are apart: a ratio inside
-the run-to-run spread is noise, and the sentence says "within the spread" rather than "faster".
+of the loop). `significant` says whether the change is more than the runs' noise: with per-call
+samples in both results, whether the 95% bootstrap interval of the ratio of medians leaves out 1
+(`speedup_interval`, see significance.py); for an older result without them, whether the two
+runs' p10-p90 ranges are apart. The sentence gives the ratio and the interval ("2.18× faster
+(95% interval 1.9–2.4×)"), or says the runs are too noisy to tell.
 """
 from __future__ import annotations
 
 import datetime
 from typing import Any, Dict, List, Mapping, Optional
 
-from perflsp import units
+from perflsp import significance, units
 
 DEVICE_KEYS = ("kind", "name", "compute_capability", "threads")
 
@@ -72,6 +75,8 @@ def compare(result: Mapping[str, Any], previous: Optional[Mapping[str, Any]]) ->
         "previous_median_us": before_median,
         "speedup": None,
         "significant": None,
+        "speedup_interval": None,
+        "significance_test": None,
         "previous_regime": _get(previous, "verdict", "regime"),
         "source_changed": _changed(_get(result, "target", "source_sha256"), _get(previous, "target", "source_sha256")),
         "ceilings_changed": _changed(_get(result, "ceilings", "id"), _get(previous, "ceilings", "id")),
@@ -97,8 +102,20 @@ def compare(result: Mapping[str, Any], previous: Optional[Mapping[str, Any]]) ->
     comparable = block["inputs_changed"] is False and block["device_changed"] is False
     if comparable and before_median and now_median:
         block["speedup"] = before_median / now_median
-        block["significant"] = _apart(result, previous)
+        interval = significance.median_ratio_interval(_samples(previous), _samples(result))
+        if interval is not None:
+            block["speedup_interval"] = list(interval)
+            block["significant"] = not interval[0] <= 1.0 <= interval[1]
+            block["significance_test"] = "bootstrap"
+        else:
+            block["significant"] = _apart(result, previous)
+            block["significance_test"] = None if block["significant"] is None else "p10-p90"
     return block
+
+
+def _samples(result: Mapping[str, Any]) -> List[float]:
+    samples = _get(result, "timing", "samples_us")
+    return [float(t) for t in samples if _number(t)] if isinstance(samples, list) else []
 
 
 def _apart(result: Mapping[str, Any], previous: Mapping[str, Any]) -> Optional[bool]:
@@ -126,17 +143,32 @@ def since(created_at: str, now: Optional[datetime.datetime] = None) -> str:
     return when.strftime("%H:%M") if when.date() == today else when.strftime("%Y-%m-%d %H:%M")
 
 
+def _factor(ratio: float, digits: int) -> str:
+    return f"{ratio:.{digits}g}" if ratio < 10 ** digits else f"{ratio:.0f}"
+
+
+def _headline(speedup: float) -> str:
+    """`2.18× faster`, `1.5× slower`."""
+    return f"{_factor(speedup, 3)}× faster" if speedup >= 1 else f"{_factor(1 / speedup, 3)}× slower"
+
+
 def _change(block: Mapping[str, Any]) -> str:
-    """`3.4× faster`, `1.5× slower`, `1.03×, within the run-to-run spread`, or '' (no speedup)."""
+    """`2.18× faster (95% interval 1.9–2.4×)`, `2.18× faster, but the runs are too noisy to tell
+    (95% interval 0.8–3.1×)`, `1.5× slower`, or '' (no speedup)."""
     speedup = block.get("speedup")
     if not speedup:
         return ""
+    faster = speedup >= 1
+    text = _headline(speedup)
+    interval = block.get("speedup_interval")
+    if interval:
+        low, high = interval if faster else (1 / interval[1], 1 / interval[0])
+        why = f"95% interval {_factor(low, 2)}–{_factor(high, 2)}×"
+    else:
+        why = "their p10–p90 ranges overlap"
     if block.get("significant") is False:
-        return f"{speedup:.2f}×, within the run-to-run spread"
-    if speedup >= 1:
-        return f"{speedup:.2g}× faster" if speedup < 10 else f"{speedup:.0f}× faster"
-    slower = 1 / speedup
-    return f"{slower:.2g}× slower" if slower < 10 else f"{slower:.0f}× slower"
+        return f"{text}, but the runs are too noisy to tell ({why})"
+    return f"{text} ({why})" if interval else text
 
 
 def describe(result: Mapping[str, Any]) -> Optional[str]:
@@ -145,11 +177,11 @@ def describe(result: Mapping[str, Any]) -> Optional[str]:
     if not isinstance(block, Mapping):
         return None
     now_median = _get(result, "timing", "median_us")
-    text = f"{units.duration_us(block.get('previous_median_us'))} → {units.duration_us(now_median)}"
+    text = (f"{units.duration_us(block.get('previous_median_us'))} → {units.duration_us(now_median)} "
+            f"since {since(str(block.get('previous_created_at')))}")
     change = _change(block)
     if change:
-        text += f" ({change})"
-    text += f" since {since(str(block.get('previous_created_at')))}"
+        text += f": {change}"
     regime_now, regime_before = _get(result, "verdict", "regime"), block.get("previous_regime")
     if regime_before and regime_now and regime_before != regime_now:
         text += f"; {regime_before} → {regime_now}"
@@ -176,7 +208,6 @@ def short(result: Mapping[str, Any]) -> Optional[str]:
         return f"inputs changed since {when}"
     if block.get("device_changed"):
         return f"other device since {when}"
-    change = _change(block)
     if block.get("significant") is False:
         return f"no clear change since {when}"
-    return f"{change} since {when}" if change else None
+    return f"{_headline(block['speedup'])} since {when}" if block.get("speedup") else None

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import urllib.parse
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -50,6 +51,7 @@ class Settings:
     preview: bool = False  # run the preview rules too (Ruff's preview mode)
     profile_command: Optional[str] = None
     profile_timeout: float = 300.0
+    rule_docs_url: Optional[str] = None  # "https://…/{code}.html": where findings link to (none by default)
     record_step_function: Optional[str] = None  # `perflsp record`: a step is a call of this (file.py:func)
     root: Optional[str] = None  # folder that relative globs are matched against
     source: Optional[str] = None  # the file these settings came from
@@ -58,7 +60,7 @@ class Settings:
         """A stable digest of everything that changes findings (used as a cache key)."""
         payload = json.dumps(
             [self.select, self.extend_select, self.ignore, self.per_file_ignores, self.hot_functions,
-             self.report_cold, self.severity, self.rule_options, self.preview],
+             self.report_cold, self.severity, self.rule_options, self.preview, self.rule_docs_url],
             sort_keys=True, default=str,
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -211,6 +213,20 @@ def _positive_number(value: Any, key: str, origin: str) -> float:
     return float(value)
 
 
+def _url_template(value: Any, key: str, origin: str) -> str:
+    # The address goes into SARIF's `helpUri` and the editor's diagnostics, which need absolute URIs.
+    if not isinstance(value, str) or "{code}" not in value:
+        raise ConfigError(f"{origin}: `{key}` must be a string with `{{code}}` where the rule code goes, "
+                          "e.g. \"https://docs.example.org/perflsp/rules/{code}.html\"")
+    try:
+        address = urllib.parse.urlsplit(value.format(code="PFL101"))
+    except (KeyError, IndexError, ValueError):  # other braces in it
+        raise ConfigError(f"{origin}: `{key}` may hold no braces but `{{code}}`, got {value!r}") from None
+    if not address.scheme or not (address.netloc or address.scheme == "file"):
+        raise ConfigError(f"{origin}: `{key}` must be an absolute URL (https://… or file://…), got {value!r}")
+    return value
+
+
 _KEYS = {
     "select": ("select", _codes),
     "extend-select": ("extend_select", _codes),
@@ -225,6 +241,7 @@ _KEYS = {
     "preview": ("preview", _bool),
     "profile-command": ("profile_command", _optional_str),
     "profile-timeout": ("profile_timeout", _positive_number),
+    "rule-docs-url": ("rule_docs_url", _url_template),
     "record-step-function": ("record_step_function", _optional_str),
 }
 

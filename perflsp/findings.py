@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
-RULE_DOCS_URL = "https://github.com/perflsp/perflsp/blob/main/docs/rules/{code}.md"
 SEVERITIES = ("error", "warning", "info", "hint")
 APPLICABILITIES = ("safe", "unsafe")
 
 
-def rule_url(code: str) -> str:
-    return RULE_DOCS_URL.format(code=code)
+def rule_url(code: str, template: Optional[str]) -> Optional[str]:
+    """The rule's page at the address the `rule-docs-url` setting gives (`{code}` filled in), or
+    None: perflsp has no published site, and `perflsp rule CODE` prints the page where it runs."""
+    return template.format(code=code) if template else None
 
 
 @dataclass(frozen=True, order=True)

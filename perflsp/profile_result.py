@@ -153,23 +153,42 @@ def load_schema() -> Dict[str, Any]:
 
 # --- the compile block -------------------------------------------------------------------------
 
+def not_compiled(block: Mapping[str, Any]) -> bool:
+    """torch.compile captured no graph (explain's `graph_count` 0): the whole call runs eagerly
+    (torch 2.13 skips a frame whose loop holds a graph break, and reports no break for it)."""
+    return block.get("graph_count") == 0
+
+
+def compile_falls_short(block: Mapping[str, Any]) -> bool:
+    """What `--fail-on-break` fails on: a graph break, a frame dynamo skipped, or no graph at all."""
+    return bool(block.get("graph_breaks")) or bool(block.get("skipped_frames")) or not_compiled(block)
+
+
 def compile_summary(block: Mapping[str, Any]) -> str:
     """The `compile` block in one line, for the terminal and the editor: `compiled: 0.12 ms vs
     eager 0.41 ms, 3.4× faster, 2 graph breaks, compile 19 s`, or what stopped it."""
     breaks = len(block.get("graph_breaks") or [])
     counted = f"{breaks} graph break{'s' if breaks != 1 else ''}"
+    skipped = block.get("skipped_frames") or 0
+    if not_compiled(block):
+        counted = "not compiled, the call runs eagerly: dynamo captured no graph" + (f" ({counted})" if breaks else "")
+    elif skipped:
+        counted += f", {skipped} frame{'s' if skipped != 1 else ''} skipped (run eagerly)"
     error = block.get("error")
     if block.get("speedup") is not None:
         speedup = block["speedup"]
         faster = f"{speedup:.2g}× faster" if speedup >= 1 else f"{1 / speedup:.2g}× slower"
-        parts = [f"compiled: {units.duration_us(block['compiled_median_us'])} vs eager "
+        label = "under torch.compile" if not_compiled(block) else "compiled"
+        parts = [f"{label}: {units.duration_us(block['compiled_median_us'])} vs eager "
                  f"{units.duration_us(block['eager_median_us'])}", faster, counted]
         if block.get("recompiles"):
             parts.append(f"{len(block['recompiles'])} recompiles")
-        parts.append(f"compile {block['compile_s']:.2g} s" + (f" ({block['compile_cache']} cache)"
+        # "inductor": `--cold-cache` is about the inputs, this is the compiler's on-disk cache
+        parts.append(f"compile {block['compile_s']:.2g} s" + (f" (inductor cache {block['compile_cache']})"
                                                             if block.get("compile_cache") else ""))
     elif block.get("graph_count") is not None:  # explained, then nothing (more) measured
-        parts = [f"torch.compile: {counted}" + (" (explain only, not compiled)" if block.get("explain_only") else "")]
+        explain_only = block.get("explain_only") and not not_compiled(block)  # else it says "not compiled" twice
+        parts = [f"torch.compile: {counted}" + (" (explain only, not compiled)" if explain_only else "")]
     else:
         parts = ["torch.compile"]
     if error:

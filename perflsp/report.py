@@ -37,7 +37,6 @@ FORMATS = ("text", "concise", "json", "json-lines", "sarif", "github", "junit")
 _ALIASES = {"full": "text"}  # Ruff calls the text format "full"
 
 SARIF_SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
-TOOL_URI = "https://github.com/perflsp/perflsp"
 CONTEXT_LINES = 2  # lines of source shown around a finding, as Ruff shows
 _FOLD_AFTER = 6  # a multi-line range longer than this shows its first and last lines only
 _TAB_WIDTH = 4
@@ -479,6 +478,10 @@ def sarif_log(findings: Sequence[Finding], rule_summaries: Optional[Mapping[str,
             "id": f.code,
             "name": _rule_name(f.name),
             "shortDescription": {"text": summaries.get(f.code) or f.name.replace("-", " ").capitalize()},
+            # Where perflsp runs, it prints the page; `helpUri` only where `rule-docs-url` says
+            # where the pages are published (perflsp has no site that SARIF could name).
+            "help": {"text": f"`perflsp rule {f.code}` prints this rule's page: why it is slow, an example "
+                             "and what to write instead."},
             "properties": {"kebab-name": f.name},
         }
         if f.url:
@@ -522,8 +525,7 @@ def sarif_log(findings: Sequence[Finding], rule_summaries: Optional[Mapping[str,
         "$schema": SARIF_SCHEMA_URI,
         "version": "2.1.0",
         "runs": [{
-            "tool": {"driver": {"name": "perflsp", "version": __version__, "informationUri": TOOL_URI,
-                                "rules": rules}},
+            "tool": {"driver": {"name": "perflsp", "version": __version__, "rules": rules}},
             "columnKind": "unicodeCodePoints",
             "results": results,
         }],

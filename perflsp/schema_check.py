@@ -35,7 +35,8 @@ class Validator:
         self.keywords: Dict[str, Callable[[Any, Any, Mapping[str, Any], str, List[str]], None]] = {
             "type": self._type, "enum": self._enum, "const": self._const, "required": self._required,
             "properties": self._properties, "additionalProperties": self._additional, "items": self._items,
-            **{keyword: self._bound(keyword, fails) for keyword, fails in _BOUNDS.items()}, "minLength": self._min_length, "oneOf": self._one_of,
+            **{keyword: self._bound(keyword, fails) for keyword, fails in _BOUNDS.items()}, "minLength": self._min_length,
+            "minItems": self._min_items, "maxItems": self._max_items, "oneOf": self._one_of,
             "anyOf": self._any_of, "allOf": self._all_of, "if": self._if, "$ref": self._ref,
         }
 
@@ -110,6 +111,14 @@ class Validator:
     def _min_length(self, value, argument, schema, where, out) -> None:
         if isinstance(value, str) and len(value) < argument:
             out.append(f"{where}: shorter than {argument} characters")
+
+    def _min_items(self, value, argument, schema, where, out) -> None:
+        if isinstance(value, list) and len(value) < argument:
+            out.append(f"{where}: fewer than {argument} items")
+
+    def _max_items(self, value, argument, schema, where, out) -> None:
+        if isinstance(value, list) and len(value) > argument:
+            out.append(f"{where}: more than {argument} items")
 
     def _one_of(self, value, argument, schema, where, out) -> None:
         found = self._each(value, argument, where)

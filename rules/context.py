@@ -253,6 +253,14 @@ class ModuleContext:
             run_at[body[index]] = run
         return runs
 
+    def waiting_after(self, rest: List[cst.CSTNode]) -> str:
+        """Words for a finding at the first sync of a `back_to_back` run that names the `rest`."""
+        if not rest:
+            return ""
+        named = ", ".join(f"`{self.code(node, 40)}`" for node in rest[:3]) + (" …" if len(rest) > 3 else "")
+        verb = "waits" if len(rest) == 1 else "wait"
+        return f" (with {named} right after it, which then {verb} only for the work queued since)"
+
     def _blocks_around(self, node: cst.CSTNode) -> Iterator[Tuple[cst.CSTNode, List[cst.CSTNode], int]]:
         """From the innermost out: each block (an indented body, or the module) that holds `node`,
         its statements, and the index of the one holding `node`."""

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Dict, List, Type
+from typing import Dict, List, Tuple, Type
 
+from perflsp.rules.hotness import CALL_CHAIN, CONTEXTS, ENTRY_POINT, NESTED_LOOP, STEP_LOOP, TRAINING_LOOP
 from perflsp.rules.precedence import OUTRANKS
 from perflsp.rules.registry import all_rules
 from perflsp.rules.rule import Rule
@@ -35,10 +36,31 @@ _PREVIEW_MODE = ("Preview rules run only in preview mode: `preview = true` in `[
                  "`perflsp check --preview`, or the editor setting `perflsp.preview`.")
 
 
+# Where a finding's code is hot, in words, for each context of `perflsp.rules.hotness.CONTEXTS`.
+_CONTEXT_WORDS = {
+    TRAINING_LOOP: ("training loops", "the body of a training loop, a step loop that calls `backward()`"),
+    STEP_LOOP: ("step loops", "the body of another step loop (data, evaluation, decoding)"),
+    ENTRY_POINT: ("entry points", "an entry point's own code (a `forward`, a marked or measured function)"),
+    CALL_CHAIN: ("call chains", "a function called from per-step code"),
+    NESTED_LOOP: ("nested loops", "a loop nested in per-step code"),
+}
+
+
+def _contexts(rule: Type[Rule], long: bool) -> str:
+    words = [_CONTEXT_WORDS[c][1 if long else 0] for c in CONTEXTS if c in rule.stable_contexts]
+    return "; ".join(words) if long else " and ".join(words)
+
+
+_EXAMPLES_RUN = ("Each page's *Example* and *Use instead* run in perflsp's tests "
+                 "(tests/rules/test_example_pages.py): under real torch on the CPU, `device` standing for a "
+                 "GPU (`torch.device(\"cuda\")`), called with the inputs the rule module's `example_run` "
+                 "gives them, and failing where they would mix host and GPU tensors.")
+
+
 def tier(rule: Type[Rule]) -> str:
     if rule.preview:
         return "preview"
-    return "stable in training loops" if rule.preview_outside_training_loops else "stable"
+    return f"stable in {_contexts(rule, long=False)}" if rule.stable_contexts else "stable"
 
 
 def _tier_line(rule: Type[Rule]) -> str:
@@ -47,14 +69,21 @@ def _tier_line(rule: Type[Rule]) -> str:
                 f"[evidence-json.md](../evidence-json.md)). {rule.tier_reason}")
     if rule.preview:
         return f"Tier: preview. {rule.tier_reason} {_PREVIEW_MODE}"
-    if rule.preview_outside_training_loops:
-        return (f"Tier: stable (on by default) in the body of a training loop, a step loop that calls "
-                f"`backward()`; elsewhere in per-step code, preview. {rule.tier_reason} {_PREVIEW_MODE}")
+    if rule.stable_contexts:
+        return (f"Tier: stable (on by default) in {_contexts(rule, long=True)}; elsewhere in per-step code, "
+                f"preview. {rule.tier_reason} {_PREVIEW_MODE}")
     return f"Tier: stable (on by default). {rule.tier_reason}"
 
 
-def render_rule(rule: Type[Rule]) -> str:
+def example_pair(rule: Type[Rule]) -> Tuple[str, str]:
+    """The page's *Example* (the first flagged example) and *Use instead* (its fixed code, or the
+    first clean example)."""
     bad = rule.invalid[0]
+    return bad.code, bad.fixed or rule.valid[0]
+
+
+def render_rule(rule: Type[Rule]) -> str:
+    flagged, instead = example_pair(rule)
     lines = [
         f"# {rule.code} {rule.name}",
         "",
@@ -73,7 +102,7 @@ def render_rule(rule: Type[Rule]) -> str:
         "## Example",
         "",
         "```python",
-        bad.code.rstrip("\n"),
+        flagged.rstrip("\n"),
         "```",
         "",
         "## Use instead",
@@ -81,7 +110,7 @@ def render_rule(rule: Type[Rule]) -> str:
         rule.how_to_fix,
         "",
         "```python",
-        (bad.fixed or rule.valid[0]).rstrip("\n"),
+        instead.rstrip("\n"),
         "```",
         "",
         "## Fix safety",
@@ -101,6 +130,7 @@ def render_rule(rule: Type[Rule]) -> str:
 
 def render_index() -> str:
     lines = ["# Rules", "", "Generated from the rule modules; do not edit by hand.", "", _PREVIEW_MODE, "",
+             _EXAMPLES_RUN, "",
              "| code | name | tier | scope | fix | what it flags |", "| --- | --- | --- | --- | --- | --- |"]
     for rule in all_rules():
         fix = rule.fix_safety or ""

@@ -19,7 +19,7 @@ from perflsp.config import Settings
 from perflsp.findings import Edit, Finding, Fix, HotContext, Location, rule_url
 from perflsp.rules import limits, precedence, reuse, suppress
 from perflsp.rules.context import ModuleContext
-from perflsp.rules.hotness import COLD_CODE, Hot, HotMap
+from perflsp.rules.hotness import COLD_CODE, TRAINING_LOOP, Hot, HotMap
 from perflsp.rules.positions import first_rows
 from perflsp.rules.summary import source_lines
 from perflsp.rules.registry import enabled_rules, outranking_rules
@@ -86,14 +86,14 @@ def check_source(source: str, path: str, settings: Settings,
 def _may_report(rule: Rule, hot: HotMap, settings: Settings) -> bool:
     if rule.scope != "hot" or settings.reports_cold(rule.code):
         return True
-    if _only_in_training_loops(rule, settings):
+    if _limited_to_contexts(rule, settings) and rule.stable_contexts <= {TRAINING_LOOP}:
         return hot.has_training_loop
     return hot.may_be_hot
 
 
-def _only_in_training_loops(rule: Rule, settings: Settings) -> bool:
-    """Outside preview mode, such a rule keeps its findings elsewhere in per-step code to itself."""
-    return rule.preview_outside_training_loops and not settings.preview
+def _limited_to_contexts(rule: Rule, settings: Settings) -> bool:
+    """Outside preview mode, such a rule keeps its findings in other per-step code to itself."""
+    return bool(rule.stable_contexts) and not settings.preview
 
 
 def _shallow(facts: Optional[Dict[str, Any]]) -> bool:
@@ -146,8 +146,8 @@ def _reported(rule: Rule, report: Report, reason: object, settings: Settings, on
     dataset processing (a DataLoader built once in `__init__` still costs every step)."""
     if settings.reports_cold(rule.code):
         return True
-    if _only_in_training_loops(rule, settings):
-        return isinstance(reason, Hot) and reason.trains
+    if _limited_to_contexts(rule, settings) and not (isinstance(reason, Hot) and reason.context in rule.stable_contexts):
+        return False
     if isinstance(reason, Hot):
         return reason.direct or report.on_accelerator or not rule.needs_direct_evidence
     if rule.scope == "setup":
@@ -222,7 +222,7 @@ def _finding(ctx: ModuleContext, rule: Rule, report: Report, reason: Optional[Ho
     return Finding(
         code=rule.code, name=rule.name, message=message, filename=path,
         start=Location(r0, c0), end=Location(r1, c1), severity=severity, hot=hot,
-        fix=_fix(ctx, report), url=rule_url(rule.code),
+        fix=_fix(ctx, report), url=rule_url(rule.code, settings.rule_docs_url),
     )
 
 

@@ -310,18 +310,20 @@ def apply(path: str, text: str, settings: Settings, findings: List[Finding], evi
         return findings, []
     everything = findings if settings.preview else every_tier(settings.with_overrides({"preview": True},
                                                                                       "perflsp record"))
-    found, refuted = judge(path, findings, everything, evidence, text, settings.is_enabled(MEASURED_SYNC, path))
+    found, refuted = judge(path, findings, everything, evidence, text, settings.is_enabled(MEASURED_SYNC, path),
+                           settings.rule_docs_url)
     comments = suppress.comments_by_row(text)
     found = [f for f in found if f.code != MEASURED_SYNC or not suppress.is_suppressed(f.code, {f.start.row}, comments)]
     return found, refuted
 
 
 def judge(path: str, default: Iterable[Finding], everything: Iterable[Finding], evidence: FileEvidence,
-          source: str, measured_enabled: bool) -> Tuple[List[Finding], List[Finding]]:
+          source: str, measured_enabled: bool, docs_url: Optional[str] = None) -> Tuple[List[Finding], List[Finding]]:
     """(findings to report, refuted findings) of one file.
 
     `default`: the findings of the file's own tier; `everything`: those of every tier (preview
-    included). `measured_enabled`: PFL108 is selected for this file."""
+    included). `measured_enabled`: PFL108 is selected for this file; `docs_url`: the
+    `rule-docs-url` its findings link to."""
     lines = source.splitlines()
     shown = {_key(f) for f in default}
     reported: Dict[Tuple[Any, ...], Finding] = {}
@@ -343,11 +345,12 @@ def judge(path: str, default: Iterable[Finding], everything: Iterable[Finding], 
     found = list(reported.values())
     if measured_enabled:
         flagged = {f.start.row for f in list(default) + list(everything)}
-        found.extend(measured_syncs(path, evidence, lines, flagged))
+        found.extend(measured_syncs(path, evidence, lines, flagged, docs_url))
     return sorted(found, key=Finding.sort_key), sorted(refuted.values(), key=Finding.sort_key)
 
 
-def measured_syncs(path: str, evidence: FileEvidence, lines: List[str], flagged_rows: Iterable[int]) -> List[Finding]:
+def measured_syncs(path: str, evidence: FileEvidence, lines: List[str], flagged_rows: Iterable[int],
+                   docs_url: Optional[str] = None) -> List[Finding]:
     """PFL108: a host read of a device-bound tensor (or a sync) on every step that no finding is on."""
     flagged = set(flagged_rows)
     found = []
@@ -374,7 +377,7 @@ def measured_syncs(path: str, evidence: FileEvidence, lines: List[str], flagged_
                     f"device to finish the work queued before it ({why}); keep the values on the device and read "
                     f"them every N steps",
             start=Location(row, start), end=Location(row, len(text.rstrip())), severity="warning",
-            url=rule_url(MEASURED_SYNC)))
+            url=rule_url(MEASURED_SYNC, docs_url)))
         flagged.add(row)
     return found
 

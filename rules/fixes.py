@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import tokenize
-from typing import Dict, List, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -14,6 +14,7 @@ from perflsp.rules.notebook import Program, check_cells, read_cells, write_cells
 from perflsp.rules.suppress import CommentPlaces, comment_places, with_noqa
 
 MAX_ROUNDS = 10
+FactsOfText = Callable[[str], Optional[Dict[str, Any]]]  # a text of the file -> the project graph's facts
 
 
 def applies(finding: Finding, unsafe: bool) -> bool:
@@ -53,13 +54,20 @@ def pick_non_overlapping(findings: Sequence[Finding], unsafe: bool) -> List[Find
     return chosen
 
 
-def fix_source(source: str, path: str, settings: Settings, unsafe: bool = False) -> Tuple[str, List[Finding], List[Finding]]:
+def fix_source(source: str, path: str, settings: Settings, unsafe: bool = False,
+               facts_of: Optional[FactsOfText] = None) -> Tuple[str, List[Finding], List[Finding]]:
     """Apply fixes until none applies. Returns (new source, fixed findings, remaining findings).
 
-    A round whose result would not parse is dropped: a fix must never break a file.
+    A round whose result would not parse is dropped: a fix must never break a file. `facts_of`
+    gives the project graph's facts for each round's text (`FileResult.facts_of`); without it the
+    file is judged alone.
     """
+
+    def check(text: str) -> List[Finding]:
+        return check_source(text, path, settings, facts=facts_of(text) if facts_of is not None else None)
+
     fixed: List[Finding] = []
-    findings = check_source(source, path, settings)
+    findings = check(source)
     for _ in range(MAX_ROUNDS):
         chosen = pick_non_overlapping(findings, unsafe)
         if not chosen:
@@ -71,14 +79,16 @@ def fix_source(source: str, path: str, settings: Settings, unsafe: bool = False)
             break
         source = candidate
         fixed.extend(chosen)
-        findings = check_source(source, path, settings)
+        findings = check(source)
     return source, fixed, findings
 
 
-def fix_text(text: str, path: str, settings: Settings, unsafe: bool = False) -> Tuple[str, List[Finding], List[Finding]]:
-    """`fix_source` for Python files and for notebooks (fixes applied cell by cell)."""
+def fix_text(text: str, path: str, settings: Settings, unsafe: bool = False,
+             facts_of: Optional[FactsOfText] = None) -> Tuple[str, List[Finding], List[Finding]]:
+    """`fix_source` for Python files and for notebooks (fixes applied cell by cell; a notebook is
+    judged alone, as `perflsp check` judges it)."""
     if not path.endswith(".ipynb"):
-        return fix_source(text, path, settings, unsafe)
+        return fix_source(text, path, settings, unsafe, facts_of)
     fixed: List[Finding] = []
     findings = check_cells(read_cells(text), path, settings)
     for _ in range(MAX_ROUNDS):

@@ -101,8 +101,11 @@ LOADER_ITERABLE = re.compile(r"(loader|data_?iter|dataset_iter)$", re.IGNORECASE
 # A grid of settings, even of batch sizes and step counts (`itertools.product(BATCHES, STEPS)`): a
 # sweep that runs once per setting, not a step loop.
 SETTING_GRIDS = frozenset({"product", "itertools.product"})
+# The same for a decoding loop: one iteration is one generated token (`range(max_new_tokens)`,
+# `while cur_len < max_length`).
 STEP_RANGE_BOUND = re.compile(
-    r"(steps|iters|iterations|batches|max_iter)$", re.IGNORECASE)
+    r"(steps|iters|iterations|batches|max_iter|max_new_tokens|sample_len|gen_len|max_gen_len|max_length|max_decode_len)$",
+    re.IGNORECASE)
 
 # Gradient-accumulation boundaries are per optimizer step: a modulo test on these stays hot.
 ACCUMULATION = re.compile(r"accum", re.IGNORECASE)

@@ -16,6 +16,15 @@ from perflsp.rules.project import COLD, SCRIPT_REASON, STEP, single_file_facts
 
 Position = Tuple[int, int]
 
+# The kind of evidence that makes code hot: rules are stable (on by default) per context, each
+# measured on unseen real code judged by hand (`Rule.stable_contexts`).
+TRAINING_LOOP = "training-loop"  # the body of a step loop that calls `backward()`
+STEP_LOOP = "step-loop"  # the body of another step loop (data, evaluation, decoding)
+ENTRY_POINT = "entry-point"  # an entry point's own code: a `forward`, a marked or measured function
+CALL_CHAIN = "call-chain"  # a function reached through calls from per-step code
+NESTED_LOOP = "loop-in-per-step-code"  # a loop or comprehension inside per-step code
+CONTEXTS = (TRAINING_LOOP, STEP_LOOP, ENTRY_POINT, CALL_CHAIN, NESTED_LOOP)
+
 
 class Hot(NamedTuple):
     message: str  # "inside `for batch in loader` at line 4", "in `Net.forward`, which ..."
@@ -24,9 +33,9 @@ class Hot(NamedTuple):
     # in a function reached through calls or in a loop nested in per-step code: the strongest
     # evidence, which the sync rules need when nothing shows the tensor is on the accelerator.
     direct: bool = False
-    # In the body of a training loop (a step loop that calls `backward()`): where the stable tier of
-    # the sync rules reports (see `Rule.preview_outside_training_loops`).
+    # In the body of a training loop (a step loop that calls `backward()`).
     trains: bool = False
+    context: str = CALL_CHAIN  # one of CONTEXTS
 
 
 COLD_CODE = "cold"
@@ -86,7 +95,7 @@ class HotMap:
                     return COLD_CODE
                 loop_kind = "training loop" if region[8] else "step loop"
                 return Hot(f"inside the {loop_kind} `{self._header(region[5])}` at {self.line_label(region[5])}",
-                           region[5], direct=True, trains=region[8])
+                           region[5], direct=True, trains=region[8], context=TRAINING_LOOP if region[8] else STEP_LOOP)
             if kind in S.RARE_REGIONS:
                 return COLD_CODE
             loop = loop or region
@@ -98,8 +107,9 @@ class HotMap:
                      else f"inside `{self._header(loop[5])}` at {self.line_label(loop[5])}")
         if state is not None and state[0] == STEP and function is not None:
             in_function = f"in `{self._label(function['key'])}`, {state[1]}"
+            context = NESTED_LOOP if loop is not None else ENTRY_POINT if state[3] else CALL_CHAIN
             return Hot(f"{where} {in_function}" if where else in_function, loop[5] if loop else state[2] or function["row"],
-                       direct=loop is None and state[3])
+                       direct=context == ENTRY_POINT, context=context)
         # A loop in code not known to run per step is not hot: on real code such findings were
         # right 3 times in 36 (setup helpers, offline tools, loops over a handful of items).
         return None

@@ -23,7 +23,9 @@ class HostCopyInHotCode(Rule):
         "on every step, it drains the GPU's queue each time, so the host can no longer run ahead and "
         "queue the next step's kernels while the current ones execute. `.tolist()` and `.numpy()` "
         "add a conversion of every element into Python or NumPy objects on top. Tensors known to live "
-        "on the CPU already (made there, or built by DataLoader workers) copy nothing and are not reported."
+        "on the CPU already (made there, or built by DataLoader workers) copy nothing and are not reported. "
+        "Copies back to back (in one statement, in statements that follow each other, or in an `if` "
+        "test and first in its body) wait once: they are one finding, at the first, naming the others."
     )
     how_to_fix = (
         "Keep results on the device inside the loop (accumulate with `torch.cat`/`+=` on device tensors, "
@@ -41,6 +43,17 @@ class HostCopyInHotCode(Rule):
         "workarounds)."
     )
     valid = [
+        # The page's *Use instead*: the flagged example, fixed.
+        "import torch\n"
+        "\n"
+        "\n"
+        "@torch.no_grad()\n"
+        "def predict(model, loader):\n"
+        "    preds = []\n"
+        "    for x, _ in loader:\n"
+        "        logits = model(x.cuda(non_blocking=True))\n"
+        "        preds.append(logits.argmax(dim=1))\n"
+        "    return torch.cat(preds).cpu().numpy()\n",
         "import torch\n\n\n@torch.no_grad()\ndef predict(model, loader):\n"
         "    preds = []\n"
         "    for x, _ in loader:\n"
@@ -67,6 +80,9 @@ class HostCopyInHotCode(Rule):
         "        loss.backward()\n        opt.step()\n"
         "        losses.append(loss.detach().to(\"cpu\", non_blocking=True))\n",
     ]
+    example_run = (
+        "predict(torch.nn.Linear(8, 3).cuda(), [(torch.randn(4, 8), None)] * 3)\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\n\n@torch.no_grad()\ndef predict(model, loader):\n"
@@ -100,6 +116,7 @@ class HostCopyInHotCode(Rule):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
+        copies = {}
         for call, frame in ctx.nodes(cst.Call):
             method = ctx.method_name(call)
             if method not in ("cpu", "numpy", "tolist", "to"):
@@ -109,11 +126,14 @@ class HostCopyInHotCode(Rule):
                     continue
             elif not _host_copy(ctx, call, frame) or _consumed_by_conversion(ctx, call):
                 continue
+            copies[call] = frame
+        # Copies back to back wait once: one finding at the first, naming the others.
+        for first, *rest in ctx.back_to_back(list(copies)):
             yield self.report(
-                call, frame,
-                f"`{ctx.code(call)}` copies to the host {{where}}: the host waits until the GPU has run "
+                first, copies[first],
+                f"`{ctx.code(first)}` copies to the host {{where}}: the host waits until the GPU has run "
                 "everything queued before it; keep the values on the device and copy them once after the "
-                "loop or every N steps",
+                f"loop or every N steps{ctx.waiting_after(rest)}",
             )
 
 

@@ -47,6 +47,16 @@ class TensorToPython(Rule):
         "tensors and checks on CPU parameters remain."
     )
     valid = [
+        # The page's *Use instead*: the flagged example, fixed.
+        "import torch\n"
+        "\n"
+        "\n"
+        "def train(model, loader, opt):\n"
+        "    for x, y in loader:\n"
+        "        loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "        loss = torch.where(torch.isfinite(loss), loss, 0.0)\n"
+        "        loss.backward()\n"
+        "        opt.step()\n",
         # Tensors made on the CPU: reading them waits for no GPU.
         "import torch\n\n\ndef sample_batch_sizes(sizes, steps):\n"
         "    weights = torch.tensor([float(s) for s in sizes])\n"
@@ -85,6 +95,12 @@ class TensorToPython(Rule):
         "            raise ValueError(f\"expected a 2-D input, got {x}\")\n"
         "        return torch.maximum(x, torch.zeros_like(x)).sum(dim=1)\n",
     ]
+    example_run = (
+        "model = torch.nn.Linear(8, 3).to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = [(torch.randn(4, 8, device=device), torch.tensor([0, 1, 2, 0], device=device))] * 3\n"
+        "train(model, loader, opt)\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\n\ndef train(model, loader, opt):\n"

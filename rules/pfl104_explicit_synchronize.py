@@ -35,6 +35,18 @@ class ExplicitSynchronize(Rule):
         "work, or timed the step on purpose."
     )
     valid = [
+        # The page's *Use instead*: the flagged example, fixed.
+        "import torch\n"
+        "\n"
+        "\n"
+        "def train(model, loader, opt):\n"
+        "    for x, y in loader:\n"
+        "        x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)\n"
+        "        loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "        opt.zero_grad()\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+        "    torch.cuda.synchronize()\n",
         "import torch\n\n\ndef train(model, loader, opt):\n"
         "    for x, y in loader:\n"
         "        loss = torch.nn.functional.cross_entropy(model(x), y)\n"
@@ -64,6 +76,12 @@ class ExplicitSynchronize(Rule):
         "        timings.append(start.elapsed_time(end))\n"
         "    return timings\n",
     ]
+    example_run = (
+        "model = torch.nn.Linear(8, 3).to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = [(torch.randn(4, 8), torch.tensor([0, 1, 2, 0]))] * 3\n"
+        "train(model, loader, opt)\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\n\ndef train(model, loader, opt):\n"

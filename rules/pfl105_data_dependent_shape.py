@@ -61,6 +61,16 @@ class DataDependentShape(Rule):
         "are the function's contract (variable-length matches, per-image box lists)."
     )
     valid = [
+        # The page's *Use instead*: the flagged example, fixed.
+        "import torch\n"
+        "\n"
+        "\n"
+        "def train(model, loader, opt):\n"
+        "    for x, y in loader:\n"
+        "        logits = model(x)\n"
+        "        loss = torch.nn.functional.cross_entropy(logits, y, ignore_index=-100)\n"
+        "        loss.backward()\n"
+        "        opt.step()\n",
         "import torch\n\n\ndef masked_mean_loss(model, loader, opt):\n"
         "    for x, y, mask in loader:\n"
         "        err = (model(x) - y).pow(2)\n"
@@ -89,6 +99,12 @@ class DataDependentShape(Rule):
         "        arr = np.asarray(row)\n"
         "        yield arr[arr > 0], np.unique(arr), arr.nonzero()\n",
     ]
+    example_run = (
+        "model = torch.nn.Linear(8, 3).to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = [(torch.randn(4, 8, device=device), torch.tensor([0, -100, 2, 0], device=device))] * 3\n"
+        "train(model, loader, opt)\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\n\ndef train(model, loader, opt):\n"

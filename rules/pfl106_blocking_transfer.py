@@ -23,7 +23,9 @@ class BlockingTransfer(Rule):
         "locked) memory, e.g. from `DataLoader(..., pin_memory=True)`; from pageable memory it is "
         "staged through a pinned buffer first, which is still correct but overlaps less. Tensors "
         "already on the device (moved there earlier, or computed from tensors there) copy nothing "
-        "and are not reported, nor are moves to a device that may be unset (`device=None`)."
+        "and are not reported, nor are moves to a device that may be unset (`device=None`). Transfers "
+        "back to back (in one statement or in statements that follow each other) wait once: they are "
+        "one finding, at the first, naming the others, whose fix makes all of them non-blocking."
     )
     how_to_fix = (
         "Load the batches into pinned memory (`DataLoader(..., pin_memory=True)` or "
@@ -87,6 +89,11 @@ class BlockingTransfer(Rule):
         # Outside hot code a blocking copy happens once.
         "import torch\n\nweights = torch.load(\"w.pt\").cuda()\n",
     ]
+    example_run = (
+        "dataset = torch.utils.data.TensorDataset(torch.randn(128, 8), torch.randint(0, 3, (128,)))\n"
+        "model = torch.nn.Linear(8, 3).to(device)\n"
+        "train(model, dataset, torch.optim.SGD(model.parameters(), lr=0.1), device)\n"
+    )
     invalid = [
         Invalid(
             "import torch\nfrom torch.utils.data import DataLoader\n\n\n"
@@ -125,6 +132,7 @@ class BlockingTransfer(Rule):
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
+        transfers = {}  # call -> (frame, message, the fix's replacement or None)
         for call, frame in ctx.nodes(cst.Call):
             method = ctx.method_name(call)
             if method == "cuda":
@@ -147,22 +155,28 @@ class BlockingTransfer(Rule):
             where = placement(ctx, receiver, frame)
             if where == ACCELERATOR or (where != HOST and computed(ctx, receiver, frame)):
                 continue  # already on the device (a no-op), or a device-to-device copy
-            fix = None
+            fixed = None
             if pinned(ctx, receiver, frame):
                 where = HOST
                 advice = (f"`{ctx.code(receiver, 40)}` is in pinned memory, so `non_blocking=True` lets the copy "
                           "overlap with compute")
-                fix = self.replace("Add `non_blocking=True`", "safe", (call, _non_blocking(call, flag)))
+                fixed = _non_blocking(call, flag)
             else:
                 advice = ("load the data into pinned memory (`DataLoader(..., pin_memory=True)`, `.pin_memory()`) "
                           "and pass `non_blocking=True`")
             copy = ("a blocking host-to-device copy {where}: the host" if where == HOST
                     else "a blocking copy to the device {where}: from host memory, the host")
-            yield self.report(
-                call, frame,
-                f"`{ctx.code(call)}` is {copy} waits until the GPU has run everything queued before it; {advice}",
-                fix=fix,
-            )
+            transfers[call] = (frame, f"`{ctx.code(call)}` is {copy} waits until the GPU has run everything queued "
+                                      f"before it; {advice}", fixed)
+        # Transfers back to back wait once: one finding at the first, naming the others; its fix
+        # makes every one of them non-blocking, or none (the first left blocking would still wait).
+        for run in ctx.back_to_back(list(transfers)):
+            first, *rest = run
+            frame, message, _ = transfers[first]
+            pairs = [(call, transfers[call][2]) for call in run]
+            fix = (self.replace("Add `non_blocking=True`", "safe", *pairs)
+                   if all(fixed is not None for _, fixed in pairs) else None)
+            yield self.report(first, frame, message + ctx.waiting_after(rest), fix=fix)
 
 
 def _non_blocking(call: cst.Call, flag: Optional[cst.Arg]) -> cst.Call:

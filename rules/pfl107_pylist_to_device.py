@@ -67,6 +67,12 @@ class PylistToDevice(Rule):
         "        loss.backward()\n"
         "        opt.step()\n",
     ]
+    example_run = (
+        "model = torch.nn.Linear(8, 3).to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = [(torch.randn(4, 8), torch.tensor([0, 1, 2, 0]))] * 3\n"
+        "train(model, loader, opt, device)\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\n\ndef train(model, loader, opt, device):\n"

@@ -29,6 +29,8 @@ class MeasuredHostRead(Rule):
     scope = "hot"
     measured = True
     tier_reason = "It reports only what a run observed on every recorded step."
+    # The examples are whole programs (what `perflsp record` runs): they run their own steps.
+    example_run = "assert step == 39\n"
     valid = [
         "import torch\n\n\n"
         "model = torch.nn.Linear(4, 1)\n"

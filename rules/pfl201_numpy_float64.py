@@ -138,6 +138,9 @@ class NumpyFloat64(Rule):
         "import numpy as np\nimport torch\n\ngrid = np.zeros((32, 32))\ngrid = grid.astype(np.float32)\nmask = torch.as_tensor(grid)\n",
         "import numpy as np\nimport torch\n\ndef load(device):\n    x = torch.from_numpy(np.ones((4, 4)))\n    return x.to(device, torch.float32)\n",
     ]
+    example_run = (
+        "normalize(torch.rand(2, 3, 4, 4, device=device))\n"
+    )
     invalid = [
         Invalid(
             "import numpy as np\nimport torch\n\nMEAN = np.array([0.485, 0.456, 0.406])\n\ndef normalize(images):\n"

@@ -82,6 +82,16 @@ class CastInLoop(Rule):
         "bench/realworld/), judged minor (a batch-size mask)."
     )
     valid = [
+        # The page's *Use instead*: the flagged example, fixed.
+        "import torch\n"
+        "\n"
+        "@torch.no_grad()\n"
+        "def generate(model, tokens, pad_mask, steps):\n"
+        "    attn_bias = pad_mask.float()\n"
+        "    for _ in range(steps):\n"
+        "        logits = model(tokens, attn_bias=attn_bias)\n"
+        "        tokens = torch.cat([tokens, logits[:, -1:].argmax(-1)], dim=1)\n"
+        "    return tokens\n",
         "import torch\n\ndef decode(model, tokens, mask, steps):\n    mask = mask.float()\n"
         "    for _ in range(steps):\n        tokens = model(tokens, mask)\n    return tokens\n",
         # The tensor changes on every iteration.
@@ -110,6 +120,19 @@ class CastInLoop(Rule):
         "    for i, (x, y) in enumerate(loader):\n        hits[i] = model(x).argmax() == y\n"
         "        rate = hits.float().mean()\n",
     ]
+    example_run = (
+        "class LM(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.embed = torch.nn.Embedding(10, 10)\n"
+        "\n"
+        "    def forward(self, tokens, *masks, **more_masks):\n"
+        "        return self.embed(tokens)\n"
+        "\n"
+        "\n"
+        "tokens = torch.zeros(2, 4, dtype=torch.long, device=device)\n"
+        "generate(LM().to(device), tokens, torch.ones(2, 4, dtype=torch.bool, device=device), steps=3)\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\n@torch.no_grad()\ndef generate(model, tokens, pad_mask, steps):\n"

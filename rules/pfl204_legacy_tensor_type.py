@@ -112,6 +112,9 @@ class LegacyTensorType(Rule):
         "    return torch.LongTensor(data=meta).to(device)\n",
         "import torch\n\nweights = torch.ones(10).type(torch.DoubleTensor)\n",
     ]
+    example_run = (
+        "accuracy(torch.randn(4, 3, device=device), torch.tensor([0, 1, 2, 0], device=device))\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\ndef accuracy(logits: torch.Tensor, labels: torch.Tensor):\n"

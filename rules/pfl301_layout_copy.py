@@ -348,6 +348,9 @@ class LayoutCopy(Rule):
         "import torch\n\nclass Block(torch.nn.Module):\n    def forward(self, x, w):\n        y = x.transpose(-2, -1)\n"
         "        if self.training:\n            y = self.drop(y)\n        return w @ y.contiguous()\n",
     ]
+    example_run = (
+        "Gram()(torch.randn(2, 3, 4, 4, device=device))\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\nclass Gram(torch.nn.Module):\n    def forward(self, x):\n        b, c, h, w = x.shape\n"

@@ -91,6 +91,11 @@ class ReshapeThenContiguous(Rule):
         # `torch.tensor` of a transposed tensor keeps its strides: the copy is real.
         "import torch\n\nx = torch.randn(4, 6)\nrows = torch.tensor(x.t()).contiguous()\n",
     ]
+    example_run = (
+        "patchify = Patchify()\n"
+        "patchify.proj = torch.nn.Conv2d(3, 8, 2, stride=2)\n"
+        "patchify.to(device)(torch.randn(2, 3, 8, 8, device=device))\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\nclass Patchify(torch.nn.Module):\n    def forward(self, x):\n"

@@ -41,6 +41,11 @@ class ContiguousThenView(Rule):
         "        b, h, t, d = y.shape\n        return y.transpose(1, 2).contiguous().view(b, t, h * d)\n",
         "import torch\n\nx = torch.randn(4, 6).t()\ny = x.contiguous().view(2, 12)\n",
     ]
+    example_run = (
+        "head = Head()\n"
+        "head.fc = torch.nn.Linear(48, 2)\n"
+        "head.to(device)(torch.randn(2, 3, 4, 4, device=device))\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\nclass Head(torch.nn.Module):\n    def forward(self, features):\n"

@@ -187,6 +187,16 @@ class AllocInLoop(Rule):
         "the tensors are tiny or must be fresh on each iteration."
     )
     valid = [
+        # The page's *Use instead*: the flagged example, fixed.
+        "import torch\n"
+        "\n"
+        "@torch.no_grad()\n"
+        "def generate(model, tokens, steps, block):\n"
+        "    mask = torch.ones(block, block, dtype=torch.bool, device=tokens.device).tril()\n"
+        "    for _ in range(steps):\n"
+        "        logits = model(tokens[:, -block:], mask)\n"
+        "        tokens = torch.cat([tokens, logits[:, -1:].argmax(-1)], dim=1)\n"
+        "    return tokens\n",
         "import torch\nimport torch.nn.functional as F\n\ndef train(model, loader, opt, device):\n"
         "    weight = torch.tensor([1.0, 2.0, 0.5], device=device)\n"
         "    for x, y in loader:\n"
@@ -218,6 +228,18 @@ class AllocInLoop(Rule):
         "import torch\n\ndef init_states(layers, hidden):\n"
         "    return [torch.zeros(1, hidden) for _ in range(layers)]\n",
     ]
+    example_run = (
+        "class LM(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.embed = torch.nn.Embedding(10, 10)\n"
+        "\n"
+        "    def forward(self, tokens, *masks, **more_masks):\n"
+        "        return self.embed(tokens)\n"
+        "\n"
+        "\n"
+        "generate(LM().to(device), torch.zeros(2, 4, dtype=torch.long, device=device), steps=3, block=4)\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\n@torch.no_grad()\ndef generate(model, tokens, steps, block):\n"

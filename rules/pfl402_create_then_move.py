@@ -75,6 +75,9 @@ class CreateThenMove(Rule):
         "import torch\n\nscale = torch.tensor([0.5, 2.0]).to(torch.float16)\n",
         "import torch\n\n# perflsp: hot\ndef embed(ids, dtype):\n    return torch.arange(ids.shape[-1]).to(dtype)\n",
     ]
+    example_run = (
+        "causal_mask(4, device)\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\n# perflsp: hot\ndef causal_mask(seq_len, device):\n"

@@ -71,6 +71,12 @@ class InvariantTransfer(Rule):
         "import torch\n\ndef run(model, loader, device):\n    bias = torch.zeros(10, device=\"cuda\")\n"
         "    for x in loader:\n        yield model(x.to(device)) + bias.to(device)\n",
     ]
+    example_run = (
+        "model = torch.nn.Linear(8, 3).to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = [(torch.randn(4, 8), torch.tensor([0, 1, 2, 0]))] * 3\n"
+        "train(model, loader, opt, torch.tensor([1.0, 2.0, 0.5]), device)\n"
+    )
     invalid = [
         Invalid(
             "import torch\nimport torch.nn.functional as F\n\ndef train(model, loader, opt, class_weights, device):\n"

@@ -66,8 +66,8 @@ class CatAccumulate(Rule):
         "matter."
     )
     valid = [
-        "import torch\n\n@torch.no_grad()\ndef embed_all(model, loader):\n    chunks = []\n"
-        "    for x in loader:\n        chunks.append(model(x))\n    return torch.cat(chunks)\n",
+        "import torch\n\n@torch.no_grad()\ndef embed_all(model, loader, device):\n    chunks = []\n"
+        "    for x in loader:\n        chunks.append(model(x.to(device)))\n    return torch.cat(chunks)\n",
         # Joining fresh pieces, not a growing accumulator.
         "import torch\n\ndef pairs(loader):\n    for a, b in loader:\n        yield torch.cat([a, b], dim=1)\n",
         # Outside any loop: one copy.
@@ -79,11 +79,16 @@ class CatAccumulate(Rule):
         "import torch\n\ndef pad_all(regions, pad):\n    for region in regions:\n"
         "        region.emb = torch.cat([pad, region.emb])\n",
     ]
+    example_run = (
+        "embed_all(torch.nn.Linear(16, 768).to(device), [torch.randn(2, 16)] * 3, device)\n"
+    )
     invalid = [
         Invalid(
-            "import torch\n\n@torch.no_grad()\ndef embed_all(model, loader):\n    embeddings = torch.empty(0, 768)\n"
-            "    for x in loader:\n        embeddings = torch.cat([embeddings, model(x)], dim=0)\n    return embeddings\n",
-            flagged="torch.cat([embeddings, model(x)], dim=0)",
+            "import torch\n\n@torch.no_grad()\ndef embed_all(model, loader, device):\n"
+            "    embeddings = torch.empty(0, 768, device=device)\n"
+            "    for x in loader:\n        embeddings = torch.cat([embeddings, model(x.to(device))], dim=0)\n"
+            "    return embeddings\n",
+            flagged="torch.cat([embeddings, model(x.to(device))], dim=0)",
         ),
         Invalid(
             "import torch\n\n@torch.no_grad()\ndef generate(model, tokens, steps):\n    for _ in range(steps):\n"

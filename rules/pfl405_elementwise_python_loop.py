@@ -96,6 +96,9 @@ class ElementwisePythonLoop(Rule):
         "def first_labels(dataset):\n    labels = []\n    for i in range(len(dataset)):\n"
         "        labels.append(dataset[i][1])\n    return labels\n",
     ]
+    example_run = (
+        "accuracy(torch.randn(4, 3, device=device), torch.tensor([0, 1, 2, 0], device=device))\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\n# perflsp: hot\ndef accuracy(logits: torch.Tensor, labels: torch.Tensor):\n    preds = logits.argmax(dim=1)\n    correct = 0\n"

@@ -186,6 +186,9 @@ class UnfusedPointwise(Rule):
         "        n = (h + pad_h) // self.patch * ((w + pad_w) // self.patch)\n"
         "        x = F.pad(x, (0, pad_w, 0, pad_h))\n        return self.proj(x).flatten(2).transpose(1, 2), n\n",
     ]
+    example_run = (
+        "NewGELU()(torch.randn(4, 8, device=device))\n"
+    )
     invalid = [
         Invalid(
             "import math\nimport torch\nfrom torch import nn\n\nclass NewGELU(nn.Module):\n    def forward(self, x):\n"

@@ -84,6 +84,9 @@ class FusableMath(Rule):
         "import math\n\n# perflsp: hot\ndef softplus(x: float):\n    return math.log(1 + math.exp(x))\n",
         "import torch\n\n# perflsp: hot\ndef log_odds(p: torch.Tensor):\n    return torch.log(p) - torch.log1p(-p)\n",
     ]
+    example_run = (
+        "log_partition(torch.randn(4, 8, device=device))\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\n# perflsp: hot\ndef log_partition(scores: torch.Tensor):\n    return torch.log(torch.sum(torch.exp(scores), dim=-1))\n",

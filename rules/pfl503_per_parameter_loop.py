@@ -118,6 +118,9 @@ class PerParameterLoop(Rule):
         "from torch import nn\n\ndef init_weights(model: nn.Module):\n    for name, p in model.named_parameters():\n"
         "        if p.dim() > 1:\n            nn.init.xavier_uniform_(p)\n",
     ]
+    example_run = (
+        "update_ema(torch.nn.Linear(4, 4).to(device), torch.nn.Linear(4, 4).to(device))\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\n# perflsp: hot\n@torch.no_grad()\ndef update_ema(ema_model, model, decay=0.999):\n"

@@ -128,6 +128,10 @@ class DataloaderWorkers(Rule):
         "workers would break)."
     )
     valid = [
+        # The page's *Use instead*: the flagged example, fixed (the page runs it: no torchvision).
+        "import torch\n\n\ndef build(dataset, workers=8):\n"
+        "    return torch.utils.data.DataLoader(dataset, batch_size=32, num_workers=workers,\n"
+        "                                       persistent_workers=True, drop_last=True)\n",
         "import torch\nfrom torch.utils.data import DataLoader\nfrom torchvision import datasets, transforms\n\n"
         "train_set = datasets.ImageFolder(\"data/train\", transform=transforms.ToTensor())\n"
         "loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=8, persistent_workers=True)\n",
@@ -141,17 +145,18 @@ class DataloaderWorkers(Rule):
         "loader = DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True)\n",
         "class DataLoader:\n    def __init__(self, items):\n        self.items = items\n\n\nloader = DataLoader([1, 2, 3])\n",
     ]
+    example_run = "build(torch.utils.data.TensorDataset(torch.randn(64, 8)))\n"
     invalid = [
+        Invalid(
+            "import torch\n\n\ndef build(dataset):\n"
+            "    return torch.utils.data.DataLoader(dataset, batch_size=32, num_workers=0, drop_last=True)\n",
+            flagged="torch.utils.data.DataLoader(dataset, batch_size=32, num_workers=0, drop_last=True)",
+        ),
         Invalid(
             "import torch\nfrom torch.utils.data import DataLoader\nfrom torchvision import datasets, transforms\n\n"
             "train_set = datasets.ImageFolder(\"data/train\", transform=transforms.ToTensor())\n"
             "loader = DataLoader(train_set, batch_size=64, shuffle=True)\n",
             flagged="DataLoader(train_set, batch_size=64, shuffle=True)",
-        ),
-        Invalid(
-            "import torch\n\n\ndef build(dataset):\n"
-            "    return torch.utils.data.DataLoader(dataset, batch_size=32, num_workers=0, drop_last=True)\n",
-            flagged="torch.utils.data.DataLoader(dataset, batch_size=32, num_workers=0, drop_last=True)",
         ),
     ]
 

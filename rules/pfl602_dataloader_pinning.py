@@ -55,6 +55,11 @@ class DataloaderPinning(Rule):
         "import torch\nfrom torch.utils.data import DataLoader\n\ndevice = \"cpu\"\n\n\ndef run(model, dataset):\n"
         "    for x in DataLoader(dataset, batch_size=8, num_workers=2):\n        model(x.to(device))\n",
     ]
+    example_run = (
+        "dataset = torch.utils.data.TensorDataset(torch.randn(128, 8), torch.randint(0, 3, (128,)))\n"
+        "model = torch.nn.Linear(8, 3)\n"
+        "train(model, dataset, torch.optim.SGD(model.parameters(), lr=0.1))\n"
+    )
     invalid = [
         Invalid(
             "import torch\nfrom torch.utils.data import DataLoader\n\n\ndef train(model, dataset, opt):\n"

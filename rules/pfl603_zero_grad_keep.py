@@ -38,6 +38,12 @@ class ZeroGradKeep(Rule):
         "        torch.nn.functional.mse_loss(model(x), y).backward()\n        opt.step()\n",
         "def reset(model, keep):\n    model.zero_grad(set_to_none=not keep)\n",
     ]
+    example_run = (
+        "model = torch.nn.Linear(8, 3).to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = [(torch.randn(4, 8, device=device), torch.tensor([0, 1, 2, 0], device=device))] * 3\n"
+        "train(model, loader, opt)\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\n\ndef train(model, loader, optimizer):\n    for x, y in loader:\n"

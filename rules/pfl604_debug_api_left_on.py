@@ -76,6 +76,20 @@ class DebugApiLeftOn(Rule):
         "bench/realworld/), both profiler demos that profile on purpose."
     )
     valid = [
+        # The page's *Use instead*: the flagged example, fixed.
+        "import os\n"
+        "\n"
+        "import torch\n"
+        "\n"
+        'torch.autograd.set_detect_anomaly(os.environ.get("DEBUG_ANOMALY") == "1")\n'
+        "\n"
+        "\n"
+        "def train(model, loader, opt):\n"
+        "    for x, y in loader:\n"
+        "        loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "        opt.zero_grad()\n"
+        "        loss.backward()\n"
+        "        opt.step()\n",
         "import torch\n\n\ndef train(model, loader, opt, args):\n"
         "    torch.autograd.set_detect_anomaly(args.debug)\n    for x, y in loader:\n"
         "        loss = torch.nn.functional.mse_loss(model(x), y)\n        opt.zero_grad()\n"
@@ -94,6 +108,12 @@ class DebugApiLeftOn(Rule):
         "    with torch.autograd.profiler.profile(enabled=profiling) as prof:\n"
         "        model(x).sum().backward()\n        opt.step()\n    return prof\n",
     ]
+    example_run = (
+        "model = torch.nn.Linear(8, 3).to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = [(torch.randn(4, 8, device=device), torch.tensor([0, 1, 2, 0], device=device))] * 3\n"
+        "train(model, loader, opt)\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\ntorch.autograd.set_detect_anomaly(True)\n\n\ndef train(model, loader, opt):\n"

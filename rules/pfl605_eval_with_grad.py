@@ -72,6 +72,10 @@ class EvalWithGrad(Rule):
         "import torch\n\n\ndef predict(model, batches):\n    torch.set_grad_enabled(False)\n    model.eval()\n"
         "    return [model(x) for x in batches]\n",
     ]
+    example_run = (
+        "dataset = torch.utils.data.TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,)))\n"
+        "evaluate(torch.nn.Linear(8, 3).to(device), torch.utils.data.DataLoader(dataset, batch_size=4), device)\n"
+    )
     invalid = [
         Invalid(
             "import torch\n\n\ndef evaluate(model, loader, device):\n    model.eval()\n    correct = 0\n"

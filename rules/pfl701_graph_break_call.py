@@ -57,6 +57,21 @@ class GraphBreakCall(Rule):
         "real compiled code has not been judged yet."
     )
     valid = [
+        # The page's *Use instead*: the flagged example, fixed.
+        "import torch\n"
+        "\n"
+        "\n"
+        "@torch.compile\n"
+        "def step(x):\n"
+        "    y = x * 2\n"
+        "    return y + 1\n"
+        "\n"
+        "\n"
+        "def train(batches):\n"
+        "    for i, x in enumerate(batches):\n"
+        "        y = step(x)\n"
+        "        if i % 100 == 0:\n"
+        '            print("step", y.shape)\n',
         # Traced: numpy on a tensor, shapes, and printing outside the compiled function.
         "import numpy as np\nimport torch\n\n\n@torch.compile\ndef step(x):\n"
         "    y = np.sin(x.numpy())\n    return torch.from_numpy(y) * x.shape[0]\n",
@@ -69,6 +84,9 @@ class GraphBreakCall(Rule):
         "import torch\n\n\ndef build(model):\n    return torch.compile(model)\n\n\n"
         "def log(x):\n    print(x.sum().item())\n",
     ]
+    example_run = (
+        "step(torch.randn(8, device=device))\n"
+    )
     invalid = [
         Invalid("import torch\n\n\n@torch.compile\ndef step(x):\n    y = x * 2\n    print(\"step\", y.shape)\n"
                 "    return y + 1\n", flagged="print(\"step\", y.shape)"),

@@ -49,6 +49,9 @@ class TensorBranchInCompiledCode(Rule):
         "import torch\n\n\nclass Net(torch.nn.Module):\n    def forward(self, x):\n"
         "        if x.sum() > 0:\n            x = x.tanh()\n        return x\n",
     ]
+    example_run = (
+        "model(torch.randn(4, device=device))\n"
+    )
     invalid = [
         Invalid("import torch\n\n\nclass Net(torch.nn.Module):\n    def forward(self, x):\n        y = x * 2\n"
                 "        if y.sum() > 0:\n            y = y.tanh()\n        return y\n\n\n"

@@ -59,6 +59,7 @@ class Project:
                  measured: Optional[Callable[[str, str], Optional[Verdict]]] = None):
         self.functions: Dict[str, Dict[str, Any]] = {}
         self.classes: Dict[str, List[str]] = {}
+        self.attributes: Dict[str, Dict[str, str]] = {}  # class -> its attributes bound to objects: name -> class ref
         self.imports: Dict[str, Dict[str, str]] = {}  # module -> its import aliases (re-exports)
         self.paths: Dict[str, str] = {}  # module -> display path
         self.tests: Set[str] = set()
@@ -81,6 +82,7 @@ class Project:
                 self.functions[function["key"]] = {**function, "module": module}
             for key, info in summary["classes"].items():
                 self.classes[key] = info["bases"]
+                self.attributes[key] = info["attrs"]
             calls.extend((caller, ref, row, site, conditional) for caller, ref, row, site, conditional in summary["calls"])
         self._resolved: Dict[str, List[str]] = {}  # the same reference is called from many places
         self._mros: Dict[str, List[str]] = {}
@@ -107,9 +109,16 @@ class Project:
     def _resolve(self, ref: str) -> List[str]:
         if ref.startswith("self:"):
             owner, _, method = ref[5:].rpartition(".")
-            found = self._method(owner, method, skip_self=False)
-            overrides = [f"{sub}.{method}" for sub in self._all_subclasses(owner) if f"{sub}.{method}" in self.functions]
-            return ([found] if found else []) + overrides
+            found = self._dispatch(owner, method)
+            # `self.loss(x)` where `self.loss = Loss()`: the attribute's `__call__`
+            return found or self._attribute_call(owner, method, "__call__")
+        if ref.startswith("attr:"):
+            owner, attribute, method = ref[5:].rsplit(".", 2)
+            return self._attribute_call(owner, attribute, method)
+        if ref.startswith("obj:"):
+            cls, _, method = ref[4:].rpartition(".")
+            target = self._lookup(cls)
+            return self._dispatch(target, method) if target in self.classes else []
         if ref.startswith("super:"):
             owner, _, method = ref[6:].rpartition(".")
             found = self._method(owner, method, skip_self=True)
@@ -120,6 +129,22 @@ class Project:
         if target in self.classes:  # constructing an object runs its __init__
             found = self._method(target, "__init__", skip_self=False)
             return [found] if found else []
+        return []
+
+    def _dispatch(self, cls: str, method: str) -> List[str]:
+        """What calling `method` on an object of `cls` (or of any subclass) can run."""
+        found = self._method(cls, method, skip_self=False)
+        overrides = [f"{sub}.{method}" for sub in self._all_subclasses(cls) if f"{sub}.{method}" in self.functions]
+        return ([found] if found else []) + overrides
+
+    def _attribute_call(self, owner: str, attribute: str, method: str) -> List[str]:
+        """`self.<attribute>.<method>()` in a method of `owner`: the attribute's class is where a
+        class of `owner`'s ancestry binds it (`self.loss = Loss()`, `loss: Loss`)."""
+        for cls in self.mro(owner):
+            bound = self.attributes.get(cls, {}).get(attribute)
+            if bound is not None:
+                target = self._lookup(bound)
+                return self._dispatch(target, method) if target in self.classes else []
         return []
 
     def _lookup(self, ref: str, depth: int = 0) -> Optional[str]:
@@ -398,7 +423,8 @@ def _framework_row(rows: Sequence[EntryPoint], method: str, ancestry: Sequence[s
     """The table row for `method` of a class whose ancestry (own key first) holds a framework class."""
     for cls_name in ancestry:
         top, short = cls_name.split(".", 1)[0], cls_name.rpartition(".")[2]
-        if cls_name.startswith(TORCH_NN) and short[:1].isupper():
+        # `nn.LayerNorm`, and the private bases losses and norms derive from (`_Loss`, `_BatchNorm`)
+        if cls_name.startswith(TORCH_NN) and short.lstrip("_")[:1].isupper():
             short = "Module"
         for row in rows:
             if top in row.packages and short in row.classes and S.method_matches(method, row.methods):

@@ -6,14 +6,14 @@ it, where it applies (`scope`), its fix safety, its options, and examples that m
 (`valid`). The example test and the docs pages are generated from these declarations.
 
 A rule is stable (on by default) or, as in Ruff, in preview: a preview rule runs only in preview
-mode (`preview = true`, `perflsp check --preview`). A stable rule may keep part of what it reports
-in preview (`preview_outside_training_loops`). Its `tier_reason` says why it is in its tier: the
-evidence from real code judged by hand.
+mode (`preview = true`, `perflsp check --preview`). A stable "hot" rule may be stable only in some
+kinds of per-step code (`stable_contexts`) and keep the rest in preview. Its `tier_reason` says why
+it is in its tier: the evidence from real code judged by hand.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar, Dict, FrozenSet, Iterator, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
@@ -83,10 +83,11 @@ class Rule:
     scope: ClassVar[str] = "hot"  # "hot": per-step code only; "any": unless known cold; "setup": all but tests
     fix_safety: ClassVar[Optional[str]] = None  # None, "safe", "unsafe", or "safe/unsafe" (depends on the case)
     preview: ClassVar[bool] = False
-    # A stable rule whose findings outside the body of a training loop (a step loop that calls
-    # `backward()`) are preview behaviour, as Ruff extends stable rules in preview mode: outside
-    # preview mode it reports only there.
-    preview_outside_training_loops: ClassVar[bool] = False
+    # The kinds of per-step code (`perflsp.rules.hotness.CONTEXTS`) where a stable rule's findings
+    # are on by default; elsewhere they are preview behaviour, as Ruff extends stable rules in
+    # preview mode. Empty: everywhere the rule reports. Each context is stable only when its
+    # findings were right at least 4 times in 5 on unseen judged code.
+    stable_contexts: ClassVar[FrozenSet[str]] = frozenset()
     tier_reason: ClassVar[str] = ""  # why the rule is stable, or not yet on by default: the evidence
     # Reported from a recorded run (`perflsp record`, `perflsp.rules.evidence`), never from the text
     # alone: its examples are programs, recorded by the tests rather than checked as text.
@@ -94,6 +95,10 @@ class Rule:
     options: ClassVar[Dict[str, Option]] = {}
     valid: ClassVar[Sequence[str]] = ()
     invalid: ClassVar[Sequence[Invalid]] = ()
+    # Code that runs the page's two examples (`docs.example_pair`): it follows each of them in one
+    # namespace where `device` is the GPU, and calls what they define with inputs on it.
+    # tests/rules/test_example_pages.py runs both on the CPU, checking where each tensor lives.
+    example_run: ClassVar[str] = ""
 
     def __init__(self, options: Optional[Dict[str, Any]] = None):
         values = {name: opt.default for name, opt in self.options.items()}

@@ -50,6 +50,10 @@ class FileResult:
     findings: List[Finding] = field(default_factory=list)
     error: Optional[str] = None  # the file could not be read or was skipped, and why
     cached: bool = False
+    # The per-step facts the check judged this file by, for any text of it (None: judged alone).
+    # `--fix` judges each round's text by them: a finding per step only because of a caller in
+    # another file must be found, and fixed, as the check found it.
+    facts_of: Optional[Callable[[str], Optional[Dict[str, Any]]]] = field(default=None, repr=False, compare=False)
     refuted: List[Finding] = field(default_factory=list)  # findings a recorded run refuted (`evidence`)
 
 
@@ -398,7 +402,10 @@ def check_paths(files: Sequence[Path], overrides: Mapping[str, Any] = {}, jobs: 
     settings = _SettingsByFolder(overrides)
     jobs = jobs or os.cpu_count() or 1
     with _Pool(jobs) as pool:
-        known = _project_facts(files, overrides, pool, cache) if facts_of is None else _given_facts(files, facts_of)
+        if facts_of is None:
+            known, facts_of = _project_facts(files, overrides, pool, cache)
+        else:
+            known = _given_facts(files, facts_of)
         results: Dict[str, FileResult] = {}
         work: List[Tuple[str, Optional[Dict[str, Any]]]] = []
         keys: Dict[str, str] = {}
@@ -430,6 +437,9 @@ def check_paths(files: Sequence[Path], overrides: Mapping[str, Any] = {}, jobs: 
             _apply_evidence(results, evidence, known, settings, cache)
     if cache is not None:
         cache.save()
+    for path in files:
+        if known[str(path)][1] is not None:
+            results[str(path)].facts_of = functools.partial(facts_of, path)
     return [results[str(p)] for p in files]
 
 
@@ -476,8 +486,10 @@ def _apply_evidence(results: Dict[str, FileResult], recorded: Dict[str, Any], kn
 Known = Dict[str, Tuple[Optional[str], Optional[Dict[str, Any]], Optional[str]]]  # path -> digest, facts, error
 
 
-def _project_facts(files: Sequence[Path], overrides: Mapping[str, Any], pool: "_Pool", cache: Optional[Cache]) -> Known:
-    """`files` as a project of their own: their summaries (cached by content), then the graph."""
+def _project_facts(files: Sequence[Path], overrides: Mapping[str, Any], pool: "_Pool",
+                   cache: Optional[Cache]) -> Tuple[Known, FactsOf]:
+    """`files` as a project of their own: their summaries (cached by content), then the graph;
+    and the graph's facts for other texts of these files."""
     from perflsp.rules.project import Project, module_name
 
     summaries: Known = {}
@@ -501,7 +513,31 @@ def _project_facts(files: Sequence[Path], overrides: Mapping[str, Any], pool: "_
             cache.put(Path(path), digest, summary=summary)
     project = Project(((p, s) for p, (_, s, _) in summaries.items() if s is not None),
                       project_hot_functions(files, overrides), project_measured(files, overrides))
-    return {p: (d, project.facts(s["module"], s) if s is not None else None, e) for p, (d, s, e) in summaries.items()}
+    known = {p: (d, project.facts(s["module"], s) if s is not None else None, e) for p, (d, s, e) in summaries.items()}
+    return known, _GraphFacts(project, summaries)
+
+
+class _GraphFacts:
+    """The facts one run's graph gives a text of one of its files: with the summary the graph was
+    built from while the text is the one summarised, else with a summary of the new text. The
+    graph is not built again (nor does the language server build it for an edit that only moves
+    rows): fixes rewrite `torch` calls and tensor methods, not the calls between the project's
+    functions that their status comes from."""
+
+    def __init__(self, project: Any, summaries: Known):
+        self.project = project
+        self.summaries = summaries
+
+    def __call__(self, path: Path, text: str) -> Optional[Dict[str, Any]]:
+        digest, summary, _ = self.summaries[str(path)]
+        if summary is None:
+            return None
+        if content_digest(text) != digest:
+            from perflsp.rules.project import module_name
+            from perflsp.rules.summary import summarize
+
+            summary = summarize(text, summary["module"], module_name(path)[1], str(path))
+        return self.project.facts(summary["module"], summary)
 
 
 def _given_facts(files: Sequence[Path], facts_of: FactsOf) -> Known:

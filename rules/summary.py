@@ -21,7 +21,7 @@ from perflsp.rules.hot_table import (
     ONE_OFF_FUNCTIONS, PERIODIC_PREDICATE, SETTING_GRIDS, STEP_ITERABLE, STEP_RANGE_BOUND, TEST_FILE,
 )
 
-VERSION = 9  # bump when the shape or meaning of a summary changes (the cache keys on it)
+VERSION = 10  # bump when the shape or meaning of a summary changes (the cache keys on it)
 MODULE_LEVEL = "<module>"
 
 # Region kinds, innermost region decides: a step loop makes its body and callees per step,
@@ -31,12 +31,14 @@ STEP_LOOP, LOOP, COMPREHENSION, LAZY, PERIODIC = "step-loop", "loop", "comprehen
 # A `raise` statement, an `assert`'s message and an `if` block that ends raising or exiting run
 # only when the step fails.
 FAILURE = "failure-path"
+# A branch a CUDA run does not take: `if x.device.type == "mps":`, the `else:` of `if x.is_cuda:`.
+OFF_ACCELERATOR = "off-accelerator"
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 _WARNINGS = frozenset({"warnings.warn"})
 # `loss.backward()`, `scaler.scale(loss).backward()`, `accelerator.backward(loss)`,
 # `torch.autograd.backward(...)`, Lightning's `self.manual_backward(loss)`.
 _BACKWARD = frozenset({"backward", "manual_backward"})
-RARE_REGIONS = (LAZY, PERIODIC, FAILURE)
+RARE_REGIONS = (LAZY, PERIODIC, FAILURE, OFF_ACCELERATOR)
 # Call sites: what a call passes on to its callee. STEP: inside a step loop (per step whatever
 # the caller); COLD: inside a lazy-init, periodic or failure block (nothing); LOOP: inside another loop;
 # PLAIN: the caller's own status.
@@ -108,6 +110,7 @@ class ModuleState(NamedTuple):
     imports: Dict[str, str]
     names: Dict[str, str]  # module-level defs and classes seen so far: name -> key
     periodic: frozenset  # module-level names bound to "is this a logging step"
+    instances: Dict[str, str]  # module-level names bound to an object of a class: name -> class reference
 
 
 class Group:
@@ -158,7 +161,7 @@ def summarize_group(stmts: List[ast.stmt], source: str, module: str, is_package:
     summarizer = _Summarizer(scratch, source, module, is_package)
     summarizer.top = {name: f"{module}.{name}" for name in top}
     scope = _Scope(f"{module}.{MODULE_LEVEL}", None)
-    scope.locals, scope.periodic = dict(before.names), set(before.periodic)
+    scope.locals, scope.periodic, scope.instances = dict(before.names), set(before.periodic), dict(before.instances)
     try:
         group = summarizer.group(stmts, scope, before)
     except RecursionError:
@@ -171,7 +174,7 @@ def _first_row(node: ast.stmt) -> int:
 
 
 class _Scope:
-    __slots__ = ("key", "class_key", "locals", "regions", "conditions", "periodic")
+    __slots__ = ("key", "class_key", "locals", "regions", "conditions", "periodic", "instances")
 
     def __init__(self, key: str, class_key: Optional[str]):
         self.key = key
@@ -180,6 +183,9 @@ class _Scope:
         self.regions: List[Tuple[str, Span]] = []  # enclosing regions, innermost last
         self.conditions = 0  # enclosing `if`/`except` blocks: calls there may not run every time
         self.periodic: set = set()  # names bound to "is this a logging step" (`log_now = step % n == 0`)
+        # Names bound to an object of a class (`compute_loss = ComputeLoss(model)`, a parameter
+        # annotated `unit: TrainUnit`): calling one runs its class's `__call__`.
+        self.instances: Dict[str, str] = {}
 
 
 class _Summarizer:
@@ -209,9 +215,10 @@ class _Summarizer:
 
     def state(self, scope: "_Scope", last: Optional[ModuleState]) -> ModuleState:
         """The module-level state now; the last one itself when nothing changed (most statements)."""
-        if last is not None and last.imports == self.imports and last.names == scope.locals and last.periodic == scope.periodic:
+        if (last is not None and last.imports == self.imports and last.names == scope.locals
+                and last.periodic == scope.periodic and last.instances == scope.instances):
             return last
-        return ModuleState(dict(self.imports), dict(scope.locals), frozenset(scope.periodic))
+        return ModuleState(dict(self.imports), dict(scope.locals), frozenset(scope.periodic), dict(scope.instances))
 
     def group(self, stmts: List[ast.stmt], scope: "_Scope", before: ModuleState) -> Group:
         """Summarise one group of top-level statements into lists of its own (joined by the caller)."""
@@ -258,8 +265,10 @@ class _Summarizer:
             self.region(kind, node, scope, lambda: (self.exprs([node.target], scope), self.block(node.body, scope)), trains)
             self.block(node.orelse, scope)
         elif isinstance(node, ast.While):
-            # `while True:` at a script's top level is its main loop
-            forever = isinstance(node.test, ast.Constant) and node.test.value is True and scope.key.endswith(MODULE_LEVEL)
+            # `while True:` at a script's top level is its main loop; elsewhere, one that ends at a
+            # step count (`if step >= max_steps: break`) is a training or decoding loop
+            forever = (isinstance(node.test, ast.Constant) and node.test.value is True
+                       and (scope.key.endswith(MODULE_LEVEL) or _breaks_at_step_count(node.body)))
             trains = _backpropagates(node.body)
             kind = STEP_LOOP if trains or forever or _is_step_condition(node.test) else LOOP
             self.region(kind, node, scope, lambda: (self.exprs([node.test], scope), self.block(node.body, scope)), trains)
@@ -275,6 +284,8 @@ class _Summarizer:
             if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
                     and _is_periodic(node.value, scope.periodic)):
                 scope.periodic.add(node.targets[0].id)
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                self.bind(node, scope)
             nested = [getattr(node, f, None) for f in ("body", "orelse", "finalbody", "handlers", "cases")]
             blocks = [b for b in nested if isinstance(b, list) and b and isinstance(b[0], _BLOCK_ITEMS)]
             heads = [v for f, v in ast.iter_fields(node) if f not in ("body", "orelse", "finalbody", "handlers", "cases")]
@@ -297,8 +308,11 @@ class _Summarizer:
         self.exprs([node.test], scope)
         scope.conditions += 1  # the tests after the first, and every branch, run only sometimes
         links = 1
+        on_accelerator = None
         while True:
-            kind = FAILURE if _fails(node.body) else _rare_block(node, scope.periodic)
+            on_accelerator = _accelerator_test(node.test)
+            kind = (FAILURE if _fails(node.body) or _tests_for_nan(node.test) else OFF_ACCELERATOR
+                    if on_accelerator is False else _rare_block(node, scope.periodic))
             if kind is None:
                 self.block(node.body, scope)
             else:  # the `if` up to the end of its body: an `else` runs on the other steps
@@ -312,7 +326,11 @@ class _Summarizer:
             links += 1
             self.exprs([node.test], scope)
         self.depth = max(self.depth, links)
-        self.block(node.orelse, scope)
+        if on_accelerator and node.orelse:  # `else:` of `if x.is_cuda:`
+            span = self.span(node.orelse[0])[:2] + self.span(node.orelse[-1])[2:]
+            self.enter(OFF_ACCELERATOR, span, node.orelse[0].lineno, scope, lambda: self.block(node.orelse, scope))
+        else:
+            self.block(node.orelse, scope)
         scope.conditions -= 1
 
     def function(self, node, scope: _Scope) -> None:
@@ -328,14 +346,21 @@ class _Summarizer:
             "start": first, "end": node.end_lineno or node.lineno, "row": node.lineno,
             "marker": self.marker(node, first), "cold": _cold_name(node.name),
         })
-        self.block(node.body, _Scope(key, scope.class_key))  # a closure in a method still sees `self`
+        inner = _Scope(key, scope.class_key)  # a closure in a method still sees `self`
+        arguments = node.args
+        for argument in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]:
+            cls = self.annotated_class(argument.annotation, scope)
+            if cls is not None:
+                inner.instances[argument.arg] = cls
+        self.block(node.body, inner)
 
     def klass(self, node: ast.ClassDef, scope: _Scope) -> None:
         key = _child(scope.key, node.name)
         scope.locals[node.name] = key
         self.exprs([*node.decorator_list, *node.bases, *(k.value for k in node.keywords)], scope)
         bases = [r for r in (self.ref(b, scope) for b in node.bases) if r]
-        self.out["classes"][key] = {"bases": bases, "row": node.lineno}
+        # attrs: attributes bound to an object of a class (`self.loss = Loss()`, `loss: Loss`)
+        self.out["classes"][key] = {"bases": bases, "row": node.lineno, "attrs": {}}
         self.block(node.body, _Scope(key, key))
 
     def import_(self, node) -> None:
@@ -355,6 +380,53 @@ class _Summarizer:
         for alias in node.names:
             if alias.name != "*":
                 self.imports[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
+
+    # -- objects of project classes ----------------------------------------------------------------
+
+    def bind(self, node, scope: _Scope) -> None:
+        """Note which names and `self` attributes an assignment binds to an object of a class."""
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        cls = None
+        if isinstance(node, ast.AnnAssign):
+            cls = self.annotated_class(node.annotation, scope)
+        if cls is None and node.value is not None:
+            cls = self.constructed_class(node.value, scope)
+        for target in targets:
+            if isinstance(target, ast.Name):
+                if scope.key == scope.class_key:  # `loss: Loss` in a class body
+                    if cls is not None:
+                        self.out["classes"][scope.class_key]["attrs"][target.id] = cls
+                elif cls is not None:
+                    scope.instances[target.id] = cls
+                else:
+                    scope.instances.pop(target.id, None)
+            elif (cls is not None and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                  and target.value.id == "self" and scope.class_key in self.out["classes"]):
+                self.out["classes"][scope.class_key]["attrs"][target.attr] = cls
+
+    def constructed_class(self, value: ast.expr, scope: _Scope) -> Optional[str]:
+        """The class `Loss(...)` constructs, or the class of a name bound to an object (`self.loss = loss`)."""
+        if isinstance(value, ast.Name):
+            return scope.instances.get(value.id)
+        if isinstance(value, ast.Call) and _class_like(value.func):
+            return self.ref(value.func, scope)
+        return None
+
+    def annotated_class(self, annotation: Optional[ast.expr], scope: _Scope) -> Optional[str]:
+        """The class an annotation names: `Loss`, `nn.Module`, `Optional[Loss]`, `Loss | None`, `"Loss"`."""
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            try:
+                annotation = ast.parse(annotation.value, mode="eval").body
+            except SyntaxError:
+                return None
+        if isinstance(annotation, ast.Subscript) and _names(annotation.value)[:1] == ["Optional"]:
+            annotation = annotation.slice
+        if (isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr)
+                and isinstance(annotation.right, ast.Constant) and annotation.right.value is None):
+            annotation = annotation.left
+        if isinstance(annotation, (ast.Name, ast.Attribute)) and _class_like(annotation):
+            return self.ref(annotation, scope)
+        return None
 
     # -- regions ----------------------------------------------------------------------------------
 
@@ -430,7 +502,13 @@ class _Summarizer:
             return None
         head = func.id
         if head in ("self", "cls") and scope.class_key and parts:
-            return f"self:{scope.class_key}.{parts[0]}" if len(parts) == 1 else None
+            if len(parts) == 1:
+                return f"self:{scope.class_key}.{parts[0]}"
+            # `self.loss(...)`, `self.decoder.step(...)`: a method of the attribute's class
+            return f"attr:{scope.class_key}.{parts[0]}.{parts[1]}" if len(parts) == 2 else None
+        cls = scope.instances.get(head)
+        if cls is not None:
+            return f"obj:{cls}.{parts[0] if parts else '__call__'}" if len(parts) <= 1 else None
         base = scope.locals.get(head) or self.top.get(head) or self.imports.get(head)
         if base is None:
             return None
@@ -532,10 +610,78 @@ def _is_step_iterable(node: ast.expr, names: "re.Pattern[str]" = STEP_ITERABLE) 
 
 
 def _is_step_condition(test: ast.expr) -> bool:
-    """`while not done`, `while step < max_steps`: a training loop written as a while."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, (ast.Name, ast.Attribute)):
-        return True
+    """`while not done`, `while step < max_steps`, `while not should_stop(scores)`: a training or
+    decoding loop written as a while."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        operand = test.operand
+        if isinstance(operand, (ast.Name, ast.Attribute)):
+            return True
+        return isinstance(operand, ast.Call) and bool(_STOP_TEST.search(".".join(_names(operand.func))))
+    return _counts_steps(test)
+
+
+_STOP_TEST = re.compile(r"stop|done|finished", re.IGNORECASE)
+
+
+def _counts_steps(test: ast.expr) -> bool:
     return isinstance(test, ast.Compare) and any(STEP_RANGE_BOUND.search(n) for n in _names(test))
+
+
+def _breaks_at_step_count(body: List[ast.stmt]) -> bool:
+    """The loop's own body leaves it at a step count: `if iter_num > max_iters: break`."""
+    stack: List[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _NOT_THE_LOOPS_OWN):
+            continue
+        if (isinstance(node, ast.If) and _counts_steps(node.test)
+                and any(isinstance(s, (ast.Break, ast.Return)) for s in node.body)):
+            return True
+        if isinstance(node, ast.stmt):
+            stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _class_like(func: ast.expr) -> bool:
+    """`Loss`, `nn.CrossEntropyLoss`: a capitalised name, as classes are named."""
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return name[:1].isupper()
+
+
+# Device types a CUDA run never has, and the tests that ask for one.
+_OFF_DEVICES = frozenset({"cpu", "mps"})
+
+
+def _accelerator_test(test: ast.expr) -> Optional[bool]:
+    """True when `test` holds only on a CUDA device (`x.is_cuda`, `device.type == "cuda"`,
+    `torch.cuda.is_available()`), False when it never does (`x.device.type == "mps"`,
+    `not torch.cuda.is_available()`), None when it is about something else."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _accelerator_test(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, ast.Attribute) and test.attr == "is_cuda":
+        return True
+    if isinstance(test, ast.Call) and not test.args:
+        called = ".".join(reversed(_names(test.func)))
+        if called.endswith("cuda.is_available"):
+            return True
+        if called.endswith("mps.is_available"):
+            return False
+        return None
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq))):
+        return None
+    sides = [test.left, test.comparators[0]]
+    texts = [s.value for s in sides if isinstance(s, ast.Constant) and isinstance(s.value, str)]
+    others = [s for s in sides if not isinstance(s, ast.Constant)]
+    if len(texts) != 1 or len(others) != 1 or not any("device" in n or n == "type" for n in _names(others[0])):
+        return None
+    if texts[0] == "cuda":
+        on = True
+    elif texts[0] in _OFF_DEVICES:
+        on = False
+    else:
+        return None
+    return on if isinstance(test.ops[0], ast.Eq) else not on
 
 
 def _rare_block(node: ast.If, periodic_names: set) -> Optional[str]:
@@ -544,12 +690,21 @@ def _rare_block(node: ast.If, periodic_names: set) -> Optional[str]:
     test = node.test
     if _is_periodic(test, periodic_names):
         return PERIODIC
-    attribute = _none_tested_attribute(test)
-    if attribute is not None and _initialises(node.body, attribute):
-        return LAZY
-    if _not_predicate(test, LAZY_READY):
+    # `if self.buf is None or self.buf.size(0) != n:` rebuilds a cache only when it must grow
+    for part in test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) else [test]:
+        attribute = _none_tested_attribute(part)
+        if attribute is not None and _initialises(node.body, attribute):
+            return LAZY
+    if _not_predicate(test, LAZY_READY) or _first_pass(test):
         return LAZY
     return None
+
+
+def _first_pass(test: ast.expr) -> bool:
+    """`if i == 0:` / `if step == 0:`: the first pass of a loop only (a warm-up, a first-batch dump)."""
+    return (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+            and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == 0 and type(test.comparators[0].value) is int)
 
 
 def _skips_unless_periodic(stmt: ast.stmt) -> bool:
@@ -619,6 +774,13 @@ def _fails(body: List[ast.stmt]) -> bool:
     one of its statements is a `warnings.warn` (a module that warns, then repairs its input)."""
     last = body[-1]
     return isinstance(last, ast.Raise) or _calls(last, _EXITS) or any(_calls(stmt, _WARNINGS) for stmt in body)
+
+
+def _tests_for_nan(test: ast.expr) -> bool:
+    """`if torch.isnan(loss).any():`, `if not torch.isfinite(x).all():`: a repair that runs only
+    when the numbers went wrong (the test itself runs every time)."""
+    return any(isinstance(n, ast.Call) and _names(n.func)[:1] in (["isnan"], ["isinf"], ["isfinite"])
+               for n in ast.walk(test))
 
 
 def _calls(stmt: ast.stmt, functions: frozenset) -> bool:

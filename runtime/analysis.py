@@ -14,12 +14,12 @@ import linecache
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import perflsp
 from perflsp import units
 from perflsp.profile_result import SCHEMA_VERSION, function_source_sha256
-from perflsp.runtime import roofline
+from perflsp.runtime import roofline, steadiness
 from perflsp.runtime.counting import OpRecord, flops_uncounted
 from perflsp.runtime.peaks import ceiling_for, ceilings_id, level_for
 from perflsp.runtime.profiling import Attribution, CleanProfile, RangeTiming, SHORT_KERNEL_US, median_or_none
@@ -153,6 +153,8 @@ class Inputs:
     top_lines: int = 10
     program: Optional[Dict[str, Any]] = None
     cold_cache: bool = False  # each call read its inputs from main memory (`cold_cache.py`)
+    warmup_s: Sequence[float] = ()  # the warm-up calls: whether they settled (steadiness.py)
+    wanted_calls: Optional[int] = None  # timed calls a program run asked for (it may end first)
 
 
 def _dominant_dtype(records: List[OpRecord]) -> Optional[str]:
@@ -282,7 +284,6 @@ def _host_scale(timings: Dict[int, RangeTiming], clean: CleanProfile, median_us:
     return median_us * min(1.0, clean.op_time_us / clean.wall_us) / attributed
 
 
-NOISY_SPREAD = 2.0  # p90 / p10 above this: the calls did not take the same time
 # Others' load (1-minute average when measuring began) at least this far above the cores our
 # threads leave free: other work competed for our cores (docs/profiling.md, "A busy machine").
 BUSY_LOAD = 0.75
@@ -295,7 +296,7 @@ def _noise_notes(timing: Dict[str, Any], environment: Dict[str, Any], threads: i
     load, cpus = environment.get("load_average_1m_before"), environment.get("cpu_count")
     busy = load is not None and bool(cpus) and load >= BUSY_LOAD + max(0, cpus - threads)
     spread = timing["p90_us"] / timing["p10_us"] if timing["calls"] >= 5 and timing["p10_us"] > 0 else None
-    noisy = spread is not None and spread > NOISY_SPREAD
+    noisy = spread is not None and spread > steadiness.NOISY_SPREAD
     if not busy and not noisy:
         return []
     figures = []
@@ -313,8 +314,8 @@ def _noise_notes(timing: Dict[str, Any], environment: Dict[str, Any], threads: i
              "between calls")
     return [f"{cause} ({'; '.join(figures)}). Effect: times run slower and attained fractions lower than on a quiet "
             "machine; the regime is judged on the fastest timed call and lines are ranked by their median "
-            "over the profiled calls, so neither should move with the load. Profile on a quiet machine for absolute "
-            "figures"]
+            "over the profiled calls, so a load that lasts the whole timing should move neither (one that comes and "
+            "goes can: see a tentative verdict's note). Profile on a quiet machine for absolute figures"]
 
 
 def _ceilings_notes(peaks: Dict[str, Any], source: str) -> List[str]:
@@ -480,7 +481,11 @@ def build_result(inp: Inputs) -> Dict[str, Any]:
         working_set_bytes=working_set_bytes,
     )
     verdict, got = roofline.classify(figures, ceilings)
-    verdict.notes = (list(inp.notes) + ceiling_notes + verdict.notes
+    steady = steadiness.assess(inp.timing, inp.timing.get("samples_us") or [], inp.warmup_s, inp.wanted_calls)
+    tentative = steadiness.tentative_note(steady, program_run=inp.program is not None)
+    if tentative:
+        verdict.summary += f"; tentative: {steady.calls} unsteady timed calls (see the notes)"
+    verdict.notes = (list(inp.notes) + ([tentative] if tentative else []) + ceiling_notes + verdict.notes
                      + _ceilings_notes(inp.peaks, inp.peaks_source) + _level_notes(level, inp.peaks, working_set_bytes, inp.cold_cache)
                      + _uncounted_notes(work))
 

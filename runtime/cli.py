@@ -12,10 +12,10 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from perflsp.profile_result import (EXIT_GRAPH_BREAKS, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, exit_code_for,
-                                    result_path, write_json_atomic)
+from perflsp.profile_result import (EXIT_GRAPH_BREAKS, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, compile_falls_short,
+                                    exit_code_for, result_path, write_json_atomic)
 from perflsp.safe_files import ensure_inside, write_blocker, write_problem
 
 DEFAULT_PEAKS_TIMEOUT_S = 300.0
@@ -208,8 +208,10 @@ def profile_command(args: argparse.Namespace) -> int:
             outcome = supervisor.run_job(job, timeout_s, on_message=progress, stop_after_result=not args.no_stop)
             result = outcome.payload if outcome.payload is not None else _failed_run(base, outcome, timeout_s, target)
             if result["status"] == "ok" and compile_mode is not None:
-                result["compile"] = _compile_block(job, result["device"]["kind"], compile_mode,
-                                                   args.compile_timeout, progress)
+                result["compile"] = _compile_block(dict(job, cold_levels=result["ceilings"]["levels"]),
+                                                   result["device"]["kind"], compile_mode, args.compile_timeout,
+                                                   progress)
+                _cross_check(result)
     finally:
         progress.finish()
     if args.graph_breaks:
@@ -218,9 +220,19 @@ def profile_command(args: argparse.Namespace) -> int:
         result["verdict"]["notes"].extend(outcome.notes)
     code = _finish(args, result, workspace)
     _publish_hot(args, outcome.hot, workspace)
-    if code == EXIT_OK and args.fail_on_break and result["compile"]["graph_breaks"]:  # status ok: it ran
+    if code == EXIT_OK and args.fail_on_break and compile_falls_short(result["compile"]):  # status ok: it ran
         return EXIT_GRAPH_BREAKS
     return code
+
+
+def _cross_check(result: Dict[str, Any]) -> None:
+    """A note in the compile block when its eager calls and the eager profile's disagree."""
+    from perflsp.runtime import compile_windows
+
+    note = compile_windows.disagreement_note(result["timing"], result["compile"],
+                                             (result.get("environment") or {}).get("load_average_1m"))
+    if note:
+        result["compile"]["notes"].append(note)
 
 
 def _compile_block(job: Dict[str, Any], device: str, mode: str, timeout_s: float, progress: Any,
@@ -256,7 +268,7 @@ def _finish_graph_breaks(args: argparse.Namespace, target: Dict[str, Any], block
     sys.stdout.flush()
     if block["error"] is not None:  # the profile's exit codes; a missing facility is the environment's, as usage
         return EXIT_USAGE if block["error"]["kind"] == "unavailable" else exit_code_for(block["error"]["kind"])
-    return EXIT_GRAPH_BREAKS if args.fail_on_break and block["graph_breaks"] else EXIT_OK
+    return EXIT_GRAPH_BREAKS if args.fail_on_break and compile_falls_short(block) else EXIT_OK
 
 
 def _progress(args: argparse.Namespace) -> Any:
@@ -310,8 +322,8 @@ def _plot_problem(path: str) -> Optional[str]:
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
-        return (f"--plot {path}: image plots need matplotlib, which {sys.executable} cannot import; install "
-                "the plot extra (pip install 'perflsp[plot]'), or write --plot roofline.html, which needs nothing")
+        return (f"--plot {path}: image plots need matplotlib, which {sys.executable} cannot import; install it "
+                f"({sys.executable} -m pip install matplotlib), or write --plot roofline.html, which needs nothing")
     if suffix.lstrip(".") not in FigureCanvasBase.get_supported_filetypes():
         return (f"--plot {path}: matplotlib cannot write {suffix or 'a file without an extension'}; "
                 "use .png, .svg, .pdf or .html")
@@ -363,10 +375,11 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
     error = result.get("error")
     code = EXIT_OK if result["status"] == "ok" else exit_code_for(error["kind"])
     written: Optional[Path] = None
+    previous: Optional[Dict[str, Any]] = None
     if result["status"] == "ok" or error["kind"] in PUBLISHED_ERRORS:
         path = result_path(workspace, result["target"]["module"], result["target"]["qualname"])
         try:
-            written = _publish(result, path, workspace)
+            written, previous = _publish(result, path, workspace)
         except OSError as exc:  # the measurement still counts: printed, and in --json
             print(f"perflsp: warning: the result is not saved in the workspace: {write_problem(path, exc)}",
                   file=sys.stderr)
@@ -383,7 +396,7 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
         else:
             from perflsp.runtime import plot
 
-            if _write_output("--plot", args.plot, lambda: plot.write(result, args.plot)):
+            if _write_output("--plot", args.plot, lambda: plot.write(result, args.plot, previous)):
                 if args.json != "-":
                     print(f"{'plot':<10} {args.plot}")
             else:
@@ -392,14 +405,16 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
     return code if outputs_written else EXIT_USAGE
 
 
-def _publish(result: Dict[str, Any], path: Path, workspace: Path) -> Path:
+def _publish(result: Dict[str, Any], path: Path, workspace: Path) -> Tuple[Path, Optional[Dict[str, Any]]]:
     """Compare a successful result with the function's previous one, then write the result file
-    and add it to the function's history (`perflsp.profile_history`)."""
+    and add it to the function's history (`perflsp.profile_history`). Returns the file written and
+    the previous successful result (None: none), which the plot shows too."""
     from perflsp import comparison, profile_history
     from perflsp.runtime import analysis
 
     ensure_inside(path, workspace)
     history = profile_history.load(profile_history.history_path(path), workspace)
+    previous = None
     if result["status"] == "ok":
         if not history.results:  # a result from before histories were kept starts the history
             older = analysis.read_previous(path)
@@ -416,7 +431,7 @@ def _publish(result: Dict[str, Any], path: Path, workspace: Path) -> Path:
             history.warning = f"could not write the profile history {history.path}: {exc}"
     if history.warning:
         print(f"perflsp: warning: {history.warning}", file=sys.stderr)
-    return written
+    return written, previous
 
 
 def peaks_command(args: argparse.Namespace) -> int:

@@ -48,15 +48,29 @@ def copies_needed(inputs_bytes: int, levels: List[Dict[str, Any]]) -> int:
 def rotating_call(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any],
                   levels: List[Dict[str, Any]]) -> Tuple[Callable[[], Any], str]:
     """(a zero-argument call that uses the next copy each time, the note saying what it did)."""
-    size = input_bytes((args, kwargs))
-    n = copies_needed(size, levels)
-    main = levels[-1]
-    copies = [(args, kwargs)] + [_copy((args, kwargs)) for _ in range(n - 1)]
+    copies, note = input_copies(args, kwargs, levels)
+    return rotating(fn, copies), note
+
+
+def rotating(fn: Callable[..., Any], copies: List[Tuple[Tuple[Any, ...], Dict[str, Any]]]) -> Callable[[], Any]:
+    """A zero-argument call of `fn` on the next of `copies` each time (`--compile` gives the eager
+    and the compiled function the same copies)."""
     turn = itertools.cycle(copies)
 
     def call() -> Any:
         call_args, call_kwargs = next(turn)
         return fn(*call_args, **call_kwargs)
+
+    return call
+
+
+def input_copies(args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                 levels: List[Dict[str, Any]]) -> Tuple[List[Tuple[Tuple[Any, ...], Dict[str, Any]]], str]:
+    """(the inputs and enough copies of them to keep each call's out of every cache, the note)."""
+    size = input_bytes((args, kwargs))
+    n = copies_needed(size, levels)
+    main = levels[-1]
+    copies = [(args, kwargs)] + [_copy((args, kwargs)) for _ in range(n - 1)]
 
     from perflsp import units
 
@@ -71,7 +85,7 @@ def rotating_call(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[st
         if size * (n - 1) < main["from_bytes"]:
             note += (f"; only partly cold: the copies were capped ({MAX_COPIES} copies, "
                      f"{units.byte_count(MAX_TOTAL_BYTES)}) below main memory's plateau")
-    return call, note
+    return copies, note
 
 
 def _copy(value: Any) -> Any:

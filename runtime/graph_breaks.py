@@ -5,6 +5,11 @@ where it happened, innermost last; the innermost frame is often inside torch or 
 library (a `logging` call breaks inside `logging`), so a break is placed on the innermost frame
 of the user's own code. Each (file, line) is one break however often torch reports it (a `while`
 on a tensor is reported on every iteration traced).
+
+Dynamo's graph-break log adds the breaks explain leaves out (see dynamo_compat.py); it names only
+dynamo's innermost frame, so a logged break inside a library is left to explain's reasons. A
+break inside a loop is worse than a break: dynamo cannot resume there, skips the whole frame and
+runs it eagerly, and the explanation says so.
 """
 from __future__ import annotations
 
@@ -31,6 +36,16 @@ PLAIN_WORDS: Tuple[Tuple[str, str], ...] = (
                           "`warnings.warn`): the graph breaks here; move it out of the compiled function"),
     ("graph_break()", "an explicit `torch._dynamo.graph_break()`"),
 )
+
+
+# Pieces of torch's text for a break it could not resume from: the frame runs eagerly.
+SKIPPED_FRAME = ("Skipping the function", "Skipping the frame", "results in a skip")
+SKIPPED_WORDS = ("a graph break inside a loop: torch.compile cannot resume in a graph after it and runs the rest of "
+                 "the function eagerly (all of it when no graph came before); ")
+
+
+def skips_frame(reason: str) -> bool:
+    return any(piece in reason for piece in SKIPPED_FRAME)
 
 
 def explain_reason(reason: str) -> str:
@@ -61,16 +76,28 @@ def user_frame(stack: Sequence[Any], libraries: Tuple[str, ...]) -> Optional[Tup
     return (mine or frames or [None])[-1]
 
 
-def graph_breaks(reasons: Sequence[Tuple[str, Sequence[Any]]]) -> List[Dict[str, Any]]:
-    """One entry per distinct (file, line) among the break reasons, in the order torch met them."""
+def _entry(where: Tuple[str, int], reason: str) -> Dict[str, Any]:
+    words = explain_reason(reason)
+    return {"file": where[0], "line": where[1], "reason": first_lines(reason),
+            "explanation": SKIPPED_WORDS + words if skips_frame(reason) else words}
+
+
+def graph_breaks(reasons: Sequence[Tuple[str, Sequence[Any]]],
+                 logged: Sequence[Tuple[str, int, str]] = ()) -> List[Dict[str, Any]]:
+    """One entry per distinct (file, line) among explain's break reasons and the logged breaks
+    in the user's files, in the order torch met them; a line where the frame was skipped says so."""
     libraries = env.library_dirs()
     seen: Dict[Tuple[str, int], Dict[str, Any]] = {}
     for reason, stack in reasons:
         where = user_frame(stack, libraries)
-        if where is None or where in seen:
+        if where is not None and where not in seen:
+            seen[where] = _entry(where, reason)
+    for file, line, reason in logged:
+        where = (os.path.realpath(file), line)
+        if not _is_user_file(where[0], libraries):
             continue
-        seen[where] = {"file": where[0], "line": where[1], "reason": first_lines(reason),
-                       "explanation": explain_reason(reason)}
+        if where not in seen or (skips_frame(reason) and not seen[where]["explanation"].startswith(SKIPPED_WORDS)):
+            seen[where] = _entry(where, reason)
     return list(seen.values())
 
 

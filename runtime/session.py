@@ -42,6 +42,7 @@ class Measurement:
     clean: CleanProfile
     attribution: Attribution
     load_before_1m: Optional[float] = None  # the load average when measuring began (others' work)
+    wanted_calls: Optional[int] = None  # timed calls asked for, when a program's end can cut them short
 
 
 def profile_calls_for(median_s: float) -> int:
@@ -135,6 +136,8 @@ def result_from(measured: Measurement, ctx: Context, program: Optional[Dict[str,
         top_lines=ctx.top_lines,
         program=program,
         cold_cache=ctx.cold_cache,
+        warmup_s=measured.warmup_s,
+        wanted_calls=measured.wanted_calls,
     ))
 
 

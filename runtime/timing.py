@@ -19,6 +19,7 @@ CLOCK_CUDA = "cuda-events"
 
 # Warm-up ends once two consecutive calls are within this fraction of each other.
 STABLE_TOLERANCE = 0.15
+MAX_KEPT_SAMPLES = 500  # per-call times kept in the result (~8 kB of JSON)
 
 
 @dataclass
@@ -43,6 +44,13 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
 
 
+def kept_samples_us(samples_s: Sequence[float]) -> List[float]:
+    """At most MAX_KEPT_SAMPLES of the timed calls, evenly spaced and in call order (a drift stays
+    visible), in µs to the nanosecond: enough for the next run's comparison (perflsp.significance)."""
+    step = max(1, math.ceil(len(samples_s) / MAX_KEPT_SAMPLES))
+    return [round(t * 1e6, 3) for t in samples_s[::step]]
+
+
 def summarize(samples_s: Sequence[float], clock: str, warmup_calls: int) -> Dict[str, Any]:
     ordered = sorted(samples_s)
     to_us = 1e6
@@ -56,6 +64,7 @@ def summarize(samples_s: Sequence[float], clock: str, warmup_calls: int) -> Dict
         "min_us": ordered[0] * to_us,
         "max_us": ordered[-1] * to_us,
         "mean_us": sum(ordered) / len(ordered) * to_us,
+        "samples_us": kept_samples_us(samples_s),
     }
 
 

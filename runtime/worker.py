@@ -227,7 +227,8 @@ def run_compile(job: Job) -> int:
         compiling.find_breaks(fn, args, kwargs, block)
         job.write({"compile": block})
         if not block["explain_only"]:
-            compiling.measure(fn, args, kwargs, job.device, block, job.timing_options(marker), job.reporter)
+            compiling.measure(fn, args, kwargs, job.device, block, job.timing_options(marker), job.reporter,
+                              cold_levels=d.get("cold_levels") if d.get("cold_cache") else None)
     except CompileUnavailable as exc:
         block["error"] = {"kind": "unavailable", "message": str(exc)}
     except (TargetError, UsageError, SpecSyntaxError) as exc:
@@ -419,14 +420,12 @@ def _profile_program(job: Job, target: TargetSpec, base: Dict[str, Any], command
         target_info = analysis.target_block(target.spec, target.module, target.qualname, source,
                                             analysis.code_qualname_of(ps.function))
         notes = [CPU_CODE_NOTE] if probe and ps.device == "cpu" else []
-        if ps.timed < ps.wanted:
-            notes.append(f"the program ended after {ps.timed} timed calls (wanted {ps.wanted}): run it for more steps")
         ctx = session.Context(device=ps.device, peaks=measured_peaks, peaks_source=peaks_source, target=target_info,
                               settings=dict(base["settings"], arguments=ps.arguments), source_file=str(source) if source else "",
                               top_lines=int(d.get("top_lines") or 10), notes=notes,
                               requested_device=d.get("device", "auto"))
         measured = session.Measurement(ps.warmup_s, ps.samples_s(), ps.timer.clock, ps.clean, ps.attribution,
-                                       ps.load_before_1m)
+                                       ps.load_before_1m, wanted_calls=ps.wanted)
         job.reporter.phase("analysis")
         job.write(session.result_from(measured, ctx, {"command": command, "calls_seen": ps.calls_seen,
                                                        "stopped_early": stopped_early and stop}))

@@ -17,6 +17,7 @@ from perflsp.server import convert
 from perflsp.server.analysis import SYNTAX_ERROR, PartResult, Result, file_source
 
 if TYPE_CHECKING:
+    from perflsp.rules.runner import FactsOf
     from perflsp.server.app import PerflspServer
 
 QUICKFIX = T.CodeActionKind.QuickFix.value
@@ -126,16 +127,18 @@ def _find(part: PartResult, data: Dict[str, Any]) -> Optional[Finding]:
 async def _edit(server: "PerflspServer", result: Result, data: Dict[str, Any]) -> Optional[T.WorkspaceEdit]:
     """The workspace edit of an action, computed in a worker thread (fix-all re-checks the file)."""
     loop = asyncio.get_running_loop()
-    changes = await loop.run_in_executor(server.docs.pool, _text_edits, result, data, server.encoder)
+    changes = await loop.run_in_executor(server.docs.pool, _text_edits, result, data, server.encoder,
+                                         server.projects.facts)
     if changes is None:
         return None
     return server.workspace_edit({uri: (result.parts[uri].part.version, edits) for uri, edits in changes.items()})
 
 
-def _text_edits(result: Result, data: Dict[str, Any], enc: convert.Encoder) -> Optional[Dict[str, List[T.TextEdit]]]:
+def _text_edits(result: Result, data: Dict[str, Any], enc: convert.Encoder,
+                facts_of: "FactsOf") -> Optional[Dict[str, List[T.TextEdit]]]:
     kind = data["kind"]
     if kind == "fixAll":
-        return _fix_all(result, enc)
+        return _fix_all(result, enc, facts_of)
     part = result.part(data["uri"])
     finding = _find(part, data) if part is not None else None
     if part is None or finding is None:
@@ -149,7 +152,7 @@ def _text_edits(result: Result, data: Dict[str, Any], enc: convert.Encoder) -> O
     return None
 
 
-def _fix_all(result: Result, enc: convert.Encoder) -> Optional[Dict[str, List[T.TextEdit]]]:
+def _fix_all(result: Result, enc: convert.Encoder, facts_of: "FactsOf") -> Optional[Dict[str, List[T.TextEdit]]]:
     from perflsp.rules.fixes import fix_text
 
     snap = result.snapshot
@@ -159,7 +162,10 @@ def _fix_all(result: Result, enc: convert.Encoder) -> Optional[Dict[str, List[T.
     if snap.cells is None:
         part = snap.parts[0]
         source = file_source(part)
-        fixed, _, _ = fix_text(source, str(snap.path), settings, unsafe=False)
+        # Each round is judged by the workspace's graph, as the diagnostics were: a finding per
+        # step only because of a caller in another file is fixed too (as `perflsp check --fix` does).
+        fixed, _, _ = fix_text(source, str(snap.path), settings, unsafe=False,
+                               facts_of=lambda text: facts_of(snap.path, text))
         mark = part.readable[:len(part.readable) - len(source)]
         # Edits between the text as read and its fixed version, the byte order mark put back on
         # both: places in the client's text (a lone surrogate and U+FFFD are as wide).

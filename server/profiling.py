@@ -552,7 +552,7 @@ class Profiler:
         if proc.returncode != 0 or len(words) != 2:
             return f"the interpreter failed ({err.decode('utf-8', 'replace').strip()[-300:]})"
         if words[0] != "True":
-            return "perflsp is not installed (pip install 'perflsp[runtime]')"
+            return "perflsp is not installed (from a checkout of it: pip install '/path/to/perflsp[runtime]')"
         if words[1] != "True":
             return "torch is not installed"
         return None

@@ -2,6 +2,7 @@
 wheel alone installs the four packages and the `perflsp` command."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -65,3 +66,18 @@ def test_the_wheel_installs_alone_into_a_fresh_environment(built, tmp_path):
     where = subprocess.run([str(python), "-c", "import perflsp; print(perflsp.__file__)"],
                            capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert where.startswith(str(env))
+
+
+# `pip install perflsp` or `pip install 'perflsp[plot]'` asks the package index, where perflsp is not.
+_FROM_THE_INDEX = re.compile(r"""pip install (-U |--upgrade )?['"]?perflsp\b(?!/)""")
+
+
+def test_no_text_tells_users_to_install_perflsp_from_the_package_index():
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    texts = [ROOT / n for n in listed if n.endswith((".md", ".py", ".ts", ".json")) and (ROOT / n).is_file()]
+    found = [f"{path.relative_to(ROOT)}:{row}: {line.strip()}"
+             for path in texts if path.name != "test_packaging.py"
+             for row, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+             if _FROM_THE_INDEX.search(line) and "finds nothing" not in line]
+    assert not found, "perflsp is not on the package index:\n" + "\n".join(found)

@@ -1,7 +1,6 @@
 """The CLI renderers (perflsp/report.py): every output format on a few handcrafted findings."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -9,7 +8,6 @@ import sys
 import unicodedata
 import xml.etree.ElementTree as ET
 from dataclasses import replace
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -17,9 +15,7 @@ import pytest
 from perflsp import __version__
 from perflsp.findings import Edit, Finding, Fix, HotContext, Location
 from perflsp.report import FORMATS, render
-
-DATA = Path(__file__).parent / "data"
-SCHEMA_SHA256 = "c3b4bb2d6093897483348925aaa73af03b3e3f4bd4ca38cef26dcb4212a2682e"
+from tests.cli.conftest import assert_valid_sarif
 
 TRAIN = (
     "import torch\n"
@@ -49,21 +45,21 @@ ITEM = Finding(
     message="`.item()` syncs the host with the device inside `for batch in loader` at line 4",
     filename="src/train.py", start=Location(6, 16), end=Location(6, 27), severity="warning", hot=HOT,
     fix=Fix("unsafe", "Keep the value on the device", (Edit(Location(6, 16), Location(6, 27), "loss.detach()"),)),
-    url="https://github.com/perflsp/perflsp/blob/main/docs/rules/PFL101.md",
+    url="https://docs.example.org/perflsp/rules/PFL101.html",
 )
 # A safe fix over three rows.
 TENSOR = Finding(
     code="PFL401", name="tensor-in-loop", message="`torch.tensor` builds a host tensor on every step",
     filename="src/train.py", start=Location(7, 12), end=Location(9, 9), severity="error", hot=HOT,
     fix=Fix("safe", "Hoist the tensor out of the loop", (Edit(Location(7, 12), Location(9, 9), "CONST"),)),
-    url="https://github.com/perflsp/perflsp/blob/main/docs/rules/PFL401.md",
+    url="https://docs.example.org/perflsp/rules/PFL401.html",
 )
 # A notebook cell (cell 2; rows relative to the cell), message with %, `,` and a line break.
 CELL = Finding(
     code="PFL102", name="cpu-in-hot-code", message="`.cpu()` waits for 100% of queued work, then copies\nto host",
     filename="nb.ipynb", start=Location(2, 8), end=Location(2, 15), severity="info",
     hot=HotContext("inside `for b in dl` at line 1 of cell 2", Location(1, 0), Location(1, 12), 2),
-    cell=2, url="https://github.com/perflsp/perflsp/blob/main/docs/rules/PFL102.md",
+    cell=2, url="https://docs.example.org/perflsp/rules/PFL102.html",
 )
 # No fix, no hot context, no url (like PFL000).
 SYNTAX = Finding(
@@ -316,25 +312,10 @@ def test_json_lines_is_one_object_per_line():
 # SARIF
 
 
-@pytest.fixture(scope="module")
-def sarif_schema():
-    path = DATA / "sarif-schema-2.1.0.json"
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == SCHEMA_SHA256, "the vendored schema was changed"
-    schema = json.loads(path.read_text(encoding="utf-8"))
-    jsonschema.validators.validator_for(schema).check_schema(schema)
-    return schema
-
-
-def _validate(log, schema):
-    cls = jsonschema.validators.validator_for(schema)
-    errors = sorted(cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(log), key=lambda e: list(e.path))
-    assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
-
-
 def test_sarif_is_valid_against_the_official_schema(sarif_schema):
     log = json.loads(render(ALL, "sarif"))
-    _validate(log, sarif_schema)
-    _validate(json.loads(render([], "sarif")), sarif_schema)
+    assert_valid_sarif(log, sarif_schema)
+    assert_valid_sarif(json.loads(render([], "sarif")), sarif_schema)
 
 
 def test_a_broken_log_fails_the_schema(sarif_schema):
@@ -347,7 +328,7 @@ def test_a_broken_log_fails_the_schema(sarif_schema):
 def test_sarif_contents(sarif_schema):
     absolute = replace(ITEM, filename=os.path.join(os.getcwd(), "pkg", "my model.py"))
     log = json.loads(render(ALL + [absolute], "sarif"))
-    _validate(log, sarif_schema)
+    assert_valid_sarif(log, sarif_schema)
     assert log["version"] == "2.1.0"
     run = log["runs"][0]
     driver = run["tool"]["driver"]

@@ -393,7 +393,7 @@ def test_profile_this_function(session: Session):
     else:
         # Until the server offers perflsp.profileFunction the command says so, with the upgrade command.
         assert "profiling needs a newer perflsp server" in messages
-        assert f"{sys.executable} -m pip install -U perflsp" in messages
+        assert f"{sys.executable} -m pip install -U /path/to/perflsp" in messages  # discovery.ts PIP_PACKAGE
 
 
 def test_a_changed_server_setting_restarts_the_server(session: Session):

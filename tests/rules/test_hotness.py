@@ -752,3 +752,184 @@ def test_a_loop_whose_body_calls_backward_is_a_training_loop(tmp_path):
         (11, "inside the training loop `for batch in buffer.get(64)` at line 6"),
         (18, "inside the training loop `for i, batch in enumerate(tepoch)` at line 15"),
     ]
+
+
+def test_calling_an_object_runs_its_class_call_method(tmp_path):
+    found = _project(tmp_path, {
+        "utils/__init__.py": "",
+        "utils/loss.py": """
+            class ComputeLoss:
+                def __call__(self, pred, targets):
+                    return self.match(pred, targets).sum()
+
+                def match(self, pred, targets):
+                    return pred[targets > 0].max().item()
+
+            class Unused:
+                def __call__(self, pred):
+                    return pred.max().item()
+            """,
+        "train.py": """
+            from utils.loss import ComputeLoss
+
+            def train(model, loader, opt):
+                compute_loss = ComputeLoss()
+                for imgs, targets in loader:
+                    loss = compute_loss(model(imgs), targets)
+                    loss.backward()
+                    opt.step()
+            """,
+    })
+    assert _rows(found) == [("utils/loss.py", 7)]
+    assert "called from `ComputeLoss.__call__` (line 4), called inside a step loop (train.py:7)" in found[0][3]
+
+
+def test_attributes_bound_to_objects_and_annotated_parameters(tmp_path):
+    found = _project(tmp_path, {
+        "units.py": """
+            class TrainUnit:
+                def __call__(self, batch):
+                    raise NotImplementedError
+
+            class DpoUnit(TrainUnit):
+                def __call__(self, batch):
+                    return batch.chosen.sum().item()
+
+            class Decoder:
+                def step(self, state):
+                    return state.argmax().item()
+            """,
+        "trainer.py": """
+            from typing import Optional
+            from units import Decoder, TrainUnit
+
+            class Trainer:
+                decoder: Decoder
+
+                def __init__(self, unit: Optional[TrainUnit]):
+                    self._unit = unit
+
+                def run(self, data_loader):
+                    for batch in data_loader:
+                        self._unit(batch)
+                        self.decoder.step(batch)
+            """,
+    })
+    # `self._unit` is a `TrainUnit`: any subclass's `__call__` can run.
+    assert _rows(found) == [("units.py", 8), ("units.py", 12)]
+
+
+def test_while_loops_that_end_at_a_step_count_and_decoding_loops(tmp_path):
+    found = _project(tmp_path, {"run.py": """
+        def train(model, get_batch, max_iters):
+            iter_num = 0
+            while True:
+                x = get_batch()
+                print(model(x).item())
+                iter_num += 1
+                if iter_num > max_iters:
+                    break
+
+        def poll(queue):
+            while True:
+                job = queue.get()
+                print(job.size.item())
+
+        def sample(model, idx, max_new_tokens):
+            for _ in range(max_new_tokens):
+                logits = model(idx)
+                if logits.isnan().any().item():
+                    break
+
+        def decode(model, scores, should_stop):
+            while not should_stop(scores[-1]):
+                scores.append(model(scores[-1]).max().item())
+        """})
+    assert _rows(found) == [("run.py", 6), ("run.py", 19), ("run.py", 24)]
+
+
+def test_branches_a_cuda_run_does_not_take_are_cold(tmp_path):
+    found = _project(tmp_path, {"net.py": """
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def forward(self, x):
+                if x.device.type == "mps":
+                    n = x.sum().item()
+                elif not torch.cuda.is_available():
+                    n = x.max().item()
+                if x.is_cuda:
+                    m = x.min().item()
+                else:
+                    m = x.mean().item()
+                if str(x.device) != "cpu":
+                    k = x.std().item()
+                return n + m + k
+        """})
+    assert _rows(found) == [("net.py", 12), ("net.py", 16)]
+
+
+def test_private_torch_nn_bases_are_modules(tmp_path):
+    found = _project(tmp_path, {"loss.py": """
+        from torch.nn.modules.loss import _Loss
+
+        class DiceLoss(_Loss):
+            def forward(self, x, y):
+                return (x - y).abs().max().item()
+        """})
+    assert _rows(found) == [("loss.py", 6)]
+
+
+def test_first_passes_grown_caches_and_nan_repairs_run_rarely(tmp_path):
+    found = _project(tmp_path, {"net.py": """
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def forward(self, x, i):
+                if self.buf is None or self.buf.size(0) != x.size(0):
+                    self.buf = torch.zeros(x.size(0)).to(x.device)
+                if i == 0:
+                    print(x.max().item())
+                if torch.isnan(x).any():
+                    x = torch.nan_to_num(x, nan=x.nanmean().item())
+                if i == 1:
+                    print(x.min().item())
+                return x + self.buf
+        """})
+    # The first pass, the cache rebuilt only when it must grow and the NaN repair are rare; the
+    # test of the NaN repair runs every time (PFL105's territory, not a read).
+    assert [(row, code) for _, row, code, _ in found if code in ("PFL101", "PFL402")] == [(14, "PFL101")]
+
+
+def test_back_to_back_host_copies_and_transfers_are_one_finding_at_the_first(tmp_path):
+    found = _project(tmp_path, {"loop.py": """
+        import torch
+        from torch.utils.data import DataLoader
+
+        def train(model, dataset, opt, device, metric):
+            loader = DataLoader(dataset, batch_size=64, pin_memory=True)
+            for images, labels, boxes in loader:
+                images = images.to(device)
+                labels = labels.to(device)
+                loss = model(images, labels).mean()
+                loss.backward()
+                opt.step()
+                boxes = boxes.to(device)
+                preds = model.last_logits.argmax(1).cpu()
+                metric(preds, labels.cpu().numpy())
+        """})
+    transfers = [(row, why) for _, row, code, why in found if code == "PFL106"]
+    copies = [row for _, row, code, _ in found if code == "PFL102"]
+    # `boxes` moves after `opt.step()` queued work: a second wait.
+    assert [row for row, _ in transfers] == [8, 13]
+    assert copies == [14]
+    [result] = check_paths(discover([str(tmp_path)]), {"preview": True}, jobs=1)
+    first = next(f for f in result.findings if f.code == "PFL106" and f.start.row == 8)
+    assert "(with `labels.to(device)` right after it, which then waits only for the work queued since)" in first.message
+    # The fix makes both transfers non-blocking: the first alone would leave the second to wait.
+    assert [edit.content for edit in first.fix.edits] == ["images.to(device, non_blocking=True)",
+                                                          "labels.to(device, non_blocking=True)"]
+    copy = next(f for f in result.findings if f.code == "PFL102")
+    assert "(with `labels.cpu().numpy()` right after it" in copy.message

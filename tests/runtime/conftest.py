@@ -6,12 +6,16 @@ every subprocess test finds them cached and none measures again.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from perflsp import profile_result
+from perflsp.runtime import worker
 
 TARGETS = Path(__file__).parent / "targets"
 
@@ -89,3 +93,26 @@ def line_of(path: Path, text: str) -> int:
 @pytest.fixture(scope="session")
 def find_line():
     return line_of
+
+
+@pytest.fixture
+def run_job(peaks_cache, tmp_path, monkeypatch):
+    """The `--run` profiling job in this process (the program runs in-process too): much faster
+    than the CLI; the program's sys.path and modules are undone after."""
+    monkeypatch.setenv("PERFLSP_CACHE_DIR", str(peaks_cache))
+    saved_path, saved_modules = list(sys.path), set(sys.modules)
+
+    def run(target: str, command: str, **options):
+        data = {"command": "profile", "target": target, "cwd": str(tmp_path), "setup": None, "run": command,
+                "stop_program": True, "warmup": None, "iters": 5, "min_time_s": 0.05, "timeout_s": 60.0,
+                "device": "auto", "top_lines": 10, "result": str(tmp_path / "result.json")}
+        data.update(options)
+        code = worker.run_profile(worker.Job(data))
+        result = json.loads((tmp_path / "result.json").read_text())
+        assert profile_result.check(result) == []
+        return code, result
+
+    yield run
+    assert sys.path == saved_path  # the program's sys.path changes are undone
+    for name in set(sys.modules) - saved_modules:
+        del sys.modules[name]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from perflsp import profile_result
+from perflsp.runtime import cold_cache
 
 CASES = Path(__file__).parent / "targets" / "compile_cases.py"
 
@@ -28,18 +29,24 @@ def _run(peaks_cache: Path, workspace: Path, *args: str, timeout: float = 300) -
                           cwd=str(workspace), env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def explained_breaks(qualname: str):
-    """The distinct (file, line) pairs among torch._dynamo.explain's break reasons, in this process."""
+def _load_cases():
     import importlib.util
-
-    import torch._dynamo
 
     spec = importlib.util.spec_from_file_location("perflsp_test_targets.compile_cases_explained", CASES)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def explained_breaks(qualname: str):
+    """The distinct (file, line) pairs among torch._dynamo.explain's break reasons, in this process."""
+    import torch._dynamo
+
+    module = _load_cases()
     torch._dynamo.reset()
     try:
-        out = torch._dynamo.explain(getattr(module, qualname))(*module.make_inputs())
+        fn = getattr(module, qualname)
+        out = torch._dynamo.explain(fn)(*fn.__perflsp_profile__.setup())
     finally:
         torch._dynamo.reset()
     return {(os.path.realpath(r.user_stack[-1].filename), r.user_stack[-1].lineno) for r in out.break_reasons}
@@ -55,7 +62,7 @@ def _validate(result):
 def compiled_run(peaks_cache, tmp_path_factory):
     workspace = tmp_path_factory.mktemp("compiled")
     started = time.monotonic()
-    out = _run(peaks_cache, workspace, f"{CASES}:pointwise_with_breaks", "--compile", "--min-time", "0.5",
+    out = _run(peaks_cache, workspace, f"{CASES}:pointwise_with_breaks", "--compile", "--cold-cache", "--min-time", "0.5",
                "--progress", "json", "--json", str(workspace / "out.json"))
     return out, json.loads((workspace / "out.json").read_text()), time.monotonic() - started
 
@@ -82,6 +89,30 @@ def test_compile_reports_both_medians_and_the_breaks_explain_reports(compiled_ru
     assert phases.index("analysis") < phases.index("explain") < phases.index("compile")
     print(f"compile {block['compile_s']:.1f} s, eager {block['eager_median_us']:.0f} us, compiled "
           f"{block['compiled_median_us']:.0f} us, speedup {block['speedup']:.2f}, whole run {elapsed:.0f} s")
+
+
+@pytest.mark.slow
+def test_compiled_and_eager_medians_come_from_the_same_kind_of_window(compiled_run):
+    """Same inputs (the eager profile's --cold-cache copies), warm-up policy, clock and rounds,
+    and no compilation inside the timed calls: the speedup divides like by like."""
+    out, result, _ = compiled_run
+    block = result["compile"]
+    windows = block["windows"]
+    assert windows["cache"] == result["settings"]["cache"] == "cold"
+    assert windows["clock"] == result["timing"]["clock"]
+    assert windows["compiles_during_timing"] == 0 and not any("during the timed calls" in n for n in block["notes"])
+    minimum = result["settings"]["warmup"]
+    for side in ("eager", "compiled"):
+        assert windows[side]["warmup_calls"] >= minimum and windows[side]["calls"] >= windows["rounds"]
+    assert (block["eager_median_us"], block["compiled_median_us"]) == (windows["eager"]["median_us"],
+                                                                      windows["compiled"]["median_us"])
+    copies = cold_cache.copies_needed(cold_cache.input_bytes(_load_cases().make_inputs()), result["ceilings"]["levels"])
+    profile_notes, compile_notes = " ".join(result["verdict"]["notes"]), " ".join(block["notes"])
+    if copies > 1:
+        assert f"the next of {copies} copies" in profile_notes
+        assert f"rotate over the same {copies} copies" in compile_notes
+    else:
+        assert "without copies" in profile_notes and "without copies" in compile_notes
 
 
 def test_graph_breaks_only_is_fast_saves_nothing_and_fails_ci_on_a_break(peaks_cache, tmp_path):
@@ -190,3 +221,36 @@ def test_a_torch_without_explain_gets_a_clear_message(monkeypatch):
     missing = re.escape(f"torch {torch.__version__} has no torch._dynamo.explain")
     with pytest.raises(dynamo_compat.CompileUnavailable, match=missing):
         dynamo_compat.explain(lambda x: x + 1, (torch.ones(2),), {})
+
+
+@pytest.mark.parametrize("qualname, marked, explain_names_it, graphs", [
+    ("item_in_loop", ".item() > 1e6", False, 0),  # the frame is skipped: nothing compiled
+    ("while_on_item", "while y.sum().item()", True, 1),  # a graph, then the loop runs eagerly
+    ("loop_count_from_item", "range(int(count.item()))", False, 1),  # a break before the first graph
+])
+def test_item_in_a_loop_is_a_break_on_its_line_and_fails_ci(peaks_cache, tmp_path, find_line, qualname, marked,
+                                                            explain_names_it, graphs):
+    """torch 2.13 skips a frame whose loop breaks the graph, and explain's reasons do not say so."""
+    line = find_line(CASES, marked)
+    assert ((os.path.realpath(CASES), line) in explained_breaks(qualname)) == explain_names_it
+    out = _run(peaks_cache, tmp_path, f"{CASES}:{qualname}", "--graph-breaks", "--fail-on-break", "--json", "-")
+    assert out.returncode == profile_result.EXIT_GRAPH_BREAKS, out.stdout + out.stderr
+    block = json.loads(out.stdout)["compile"]
+    assert block["graph_count"] == graphs
+    assert [(b["file"], b["line"]) for b in block["graph_breaks"]] == [(os.path.realpath(CASES), line)]
+    assert "Graph break" not in out.stderr  # dynamo's own log was read, not printed
+    skipped = block["skipped_frames"] > 0
+    assert skipped == (qualname != "loop_count_from_item")
+    assert block["graph_breaks"][0]["explanation"].startswith("a graph break inside a loop") == skipped
+
+
+def test_a_function_torch_compile_skips_is_not_compiled_in_text_and_fails_ci(peaks_cache, tmp_path):
+    out = _run(peaks_cache, tmp_path, f"{CASES}:item_in_loop", "--compile", "--fail-on-break", "--min-time", "0.05",
+               "--json", str(tmp_path / "out.json"))
+    assert out.returncode == profile_result.EXIT_GRAPH_BREAKS, out.stdout + out.stderr
+    result = json.loads((tmp_path / "out.json").read_text())
+    _validate(result)
+    block = result["compile"]
+    assert block["error"] is None and block["graph_count"] == 0 and block["compiled_median_us"] > 0
+    assert "under torch.compile: " in out.stdout and "not compiled, the call runs eagerly: dynamo captured no graph" in out.stdout
+    assert "0 graph breaks" not in out.stdout

@@ -6,33 +6,10 @@ process (the program runs in-process there too), which is much faster.
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
 from perflsp import profile_result
-from perflsp.runtime import worker
-
-
-@pytest.fixture
-def run_job(peaks_cache, tmp_path, monkeypatch):
-    monkeypatch.setenv("PERFLSP_CACHE_DIR", str(peaks_cache))
-    saved_path, saved_modules = list(sys.path), set(sys.modules)
-
-    def run(target: str, command: str, **options):
-        data = {"command": "profile", "target": target, "cwd": str(tmp_path), "setup": None, "run": command,
-                "stop_program": True, "warmup": None, "iters": 5, "min_time_s": 0.05, "timeout_s": 60.0,
-                "device": "auto", "top_lines": 10, "result": str(tmp_path / "result.json")}
-        data.update(options)
-        code = worker.run_profile(worker.Job(data))
-        result = json.loads((tmp_path / "result.json").read_text())
-        assert profile_result.check(result) == []
-        return code, result
-
-    yield run
-    assert sys.path == saved_path  # the program's sys.path changes are undone
-    for name in set(sys.modules) - saved_modules:
-        del sys.modules[name]
 
 
 def test_real_calls_are_measured_and_the_program_stopped(run_runtime, targets_dir, tmp_path):

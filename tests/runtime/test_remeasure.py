@@ -61,7 +61,7 @@ def _history(workspace, name="target.step.json"):
 
 def test_a_rewrite_is_compared_with_the_previous_result(run_runtime, tmp_path):
     out, first = _profile_file(run_runtime, tmp_path, 200, SLOW_BODY)
-    assert first["comparison"] is None and "change " not in out.stdout
+    assert first["comparison"] is None and not any(line.startswith("change ") for line in out.stdout.splitlines())
     assert first["settings"]["arguments"] == ["float32[200] cpu", "float32[200] cpu"]
 
     out, second = _profile_file(run_runtime, tmp_path, 200, FAST_BODY)
@@ -74,7 +74,8 @@ def test_a_rewrite_is_compared_with_the_previous_result(run_runtime, tmp_path):
     assert block["speedup"] == pytest.approx(first["timing"]["median_us"] / second["timing"]["median_us"])
     assert block["speedup"] > 3 and block["significant"] is True
     [row] = [line for line in out.stdout.splitlines() if line.startswith("change ")]
-    assert f"({comparison._change(block)})" in row and "faster) since " in row
+    assert f"since {comparison.since(first['created_at'])}: {comparison._change(block)}" in row and "faster" in row
+    assert block["significance_test"] == "bootstrap" and block["speedup_interval"][0] > 1
     assert comparison.since(first["created_at"]) in row
     if first["verdict"]["regime"] != second["verdict"]["regime"]:
         assert f"{first['verdict']['regime']} → {second['verdict']['regime']}" in row
@@ -244,12 +245,13 @@ def test_comparison_sentences():
              "ceilings_changed": False, "inputs_changed": False, "device_changed": False, "notes": []}
     when = comparison.since(block["previous_created_at"])
     text = comparison.describe(dict(base, comparison=block))
-    assert text == f"410 µs → 120 µs (3.4× faster) since {when}; memory-bound → compute-bound"
-    assert comparison.short(dict(base, comparison=block)) == f"3.4× faster since {when}"
+    assert text == f"410 µs → 120 µs since {when}: 3.42× faster; memory-bound → compute-bound"
+    assert comparison.short(dict(base, comparison=block)) == f"3.42× faster since {when}"
     slower = dict(block, speedup=0.5, previous_regime="compute-bound", source_changed=False)
-    assert comparison.describe(dict(base, comparison=slower)) == f"410 µs → 120 µs (2× slower) since {when}; same code"
+    assert comparison.describe(dict(base, comparison=slower)) == f"410 µs → 120 µs since {when}: 2× slower; same code"
     noise = dict(block, speedup=1.02, significant=False)
-    assert "(1.02×, within the run-to-run spread)" in comparison.describe(dict(base, comparison=noise))
+    assert ": 1.02× faster, but the runs are too noisy to tell (their p10–p90 ranges overlap)" in comparison.describe(
+        dict(base, comparison=noise))
     assert comparison.short(dict(base, comparison=noise)) == f"no clear change since {when}"
     other = dict(block, speedup=None, significant=None, device_changed=True)
     assert comparison.describe(dict(base, comparison=other)).endswith("not comparable: another device")

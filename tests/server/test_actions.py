@@ -98,6 +98,7 @@ async def test_hover_explains_the_rule_on_the_flagged_expression(shared):
     assert "Hot because it runs inside the step loop `for x, y in loader`" in text
     assert "Why is this bad?" in text and "copies one value from the device to the host" in text
     assert "Use instead" in text
+    assert "documentation](" not in text  # no published rule pages unless `ruleDocsUrl` names them
     assert hover.range == T.Range(T.Position(6, 14), T.Position(6, 25))
     # Clean code has nothing to say.
     nothing = await session.client.text_document_hover_async(

@@ -38,12 +38,23 @@ async def test_push_diagnostics_carry_code_link_range_and_hot_loop(shared, spec)
     assert related.location.uri == uri
     assert related.location.range.start == T.Position(4, 4)
     assert "`for x, y in loader`" in related.message  # the engine's words for why it is hot
-    if spec == VSCODE:  # declares codeDescriptionSupport; Neovim 0.7 does not, so it gets no link
-        assert item.code_description.href.endswith("/PFL101.md")
-    else:
-        assert item.code_description is None
+    assert item.code_description is None  # no published rule pages unless `ruleDocsUrl` names them
     # Pushing to a client that pulls would show everything twice; this one pushes, never asks.
     assert session.result.capabilities.diagnostic_provider is not None
+
+
+@pytest.mark.parametrize("spec", [NEOVIM, VSCODE])
+async def test_rule_docs_url_links_each_diagnostic_to_its_rule_page(start, spec):
+    session = await start(spec, init_options={"settings": {"ruleDocsUrl": "https://docs.example.org/rules/{code}.html"}})
+    uri = session.open("train.py", TRAIN)
+    item = by_code(await session.diagnostics(uri, version=1, where=lambda ds: len(ds) == 3), "PFL101")
+    if spec == VSCODE:  # declares codeDescriptionSupport; Neovim 0.7 does not, so it gets no link
+        assert item.code_description.href == "https://docs.example.org/rules/PFL101.html"
+    else:
+        assert item.code_description is None
+    hover = await session.client.text_document_hover_async(
+        T.HoverParams(T.TextDocumentIdentifier(uri=uri), T.Position(6, 20)))  # on `item`
+    assert "[PFL101 documentation](https://docs.example.org/rules/PFL101.html)" in hover.contents.value
 
 
 async def test_pull_diagnostics_when_the_client_supports_them(shared):

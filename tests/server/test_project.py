@@ -9,7 +9,7 @@ import pytest
 from lsprotocol import types as T
 
 from tests.rules.test_project_index import STAGE  # the same file, checked through the server
-from tests.server.conftest import NEOVIM, VSCODE
+from tests.server.conftest import NEOVIM, VSCODE, apply_edits, text_edits
 
 pytestmark = pytest.mark.filterwarnings("error::pytest_lsp.LspSpecificationWarning")
 
@@ -147,3 +147,23 @@ async def test_rows_moved_before_the_graph_is_built_again_leave_no_stale_diagnos
     assert after.range.start.line == before.range.start.line - 2
     # Built again for the moved rows, the graph names the call where it is now.
     await session.diagnostics(uri, version=version, where=lambda ds: len(ds) == 1 and hot_line(ds[0]) == 9)
+
+
+OPS = "import torch\n\n\ndef zero_state(batch, device):\n    return torch.zeros(2, batch, device=device).contiguous()\n"
+LOOP = "from ops import zero_state\n\n\ndef train(model, loader):\n    for x in loader:\n        model(x, zero_state(x.shape[0], x.device))\n"
+
+
+@pytest.mark.parametrize("spec", [NEOVIM, VSCODE])
+async def test_fix_all_fixes_what_is_per_step_through_another_file(start, tmp_path, spec):
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "perflsp.toml").write_text("preview = true\n")  # PFL302, safe after a factory, is in preview
+    (root / "ops.py").write_text(OPS)
+    (root / "train.py").write_text(LOOP)
+    session = await start(spec, root=root, init_options={"settings": {"select": ["PFL302"]}})
+    ops = session.open("ops.py")
+    [item] = await session.diagnostics(ops, where=lambda ds: len(ds) == 1)
+    assert item.code == "PFL302" and "train.py:6" in item.related_information[0].message  # hot through train.py
+    [fix_all] = await session.actions(ops, 0, only=["source.fixAll"])
+    fixed = apply_edits(OPS, text_edits(await session.edit_of(fix_all), ops))
+    assert fixed == OPS.replace("device=device).contiguous()", "device=device)")

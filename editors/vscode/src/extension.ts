@@ -29,7 +29,6 @@ import {
 
 const FIX_ALL_KIND = "source.fixAll.perflsp";
 const RULE_SCHEME = "perflsp-rule";
-const RULE_DOCS_URL = "https://github.com/perflsp/perflsp/blob/main/docs/rules/{code}.md";
 const VERSION_TIMEOUT_MS = 20_000; // `python -m perflsp --version` on a cold disk
 const STOP_TIMEOUT_MS = 3_000;
 
@@ -508,9 +507,14 @@ async function openRuleDocs(pages: RulePages, codeArg?: unknown): Promise<void> 
   if (!code) return;
   const page = await server?.rulePage(code);
   if (!page) {
-    // No local CLI (a custom perflsp.path): the online page of the same rule.
+    // No local CLI (a custom perflsp.path): the page where `ruleDocsUrl` says it is published, if
+    // it says so; perflsp has no website of its own.
     const link = ours.find((d) => codeOf(d) === code && typeof d.code === "object")?.code as { target?: vscode.Uri } | undefined;
-    await vscode.env.openExternal(link?.target ?? vscode.Uri.parse(RULE_DOCS_URL.replace("{code}", code)));
+    if (link?.target) {
+      await vscode.env.openExternal(link.target);
+    } else {
+      void vscode.window.showWarningMessage(`perflsp: no perflsp command beside the server to print ${code}'s page; run \`perflsp rule ${code}\` where perflsp is installed.`);
+    }
     return;
   }
   const uri = vscode.Uri.from({ scheme: RULE_SCHEME, path: `/${code}.md` });
