@@ -61,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--force-exclude", action="store_true", help="apply `exclude` to files named on the command line too")
     check.add_argument("--stdin-filename", help="the name of the file read from stdin (for config and output)")
     check.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
+    check.add_argument("--show-refuted", action="store_true",
+                       help="also list the findings a recorded run refuted (`perflsp record`), which are not reported")
 
     rule = sub.add_parser("rule", help="explain a rule (or list them all)")
     rule.add_argument("code", nargs="?")
@@ -70,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--stdio", action="store_true", help="talk over stdin/stdout (the default)")
     serve.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP address instead")
 
+    sub.add_parser("record", help="run the program for a few steps to confirm or refute the findings "
+                                  "(see `perflsp record --help`)", add_help=False)
     for name in RUNTIME_COMMANDS:
         sub.add_parser(name, help=f"{'measure a function on the device' if name == 'profile' else 'measure the device ceilings'} "
                                   f"(see `perflsp {name} --help`)", add_help=False)
@@ -88,6 +92,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _main(argv: Optional[Sequence[str]]) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "record":
+        from perflsp.record_command import main as record_main
+
+        return record_main(argv[1:])
     if argv and argv[0] in RUNTIME_COMMANDS:
         from perflsp.runtime.cli import main as runtime_main  # torch is imported only here
 
@@ -195,6 +203,10 @@ def _check(args: argparse.Namespace) -> int:
                       color=sys.stdout.isatty())
         if text and not (args.quiet and not findings):
             output.write(text if text.endswith("\n") else text + "\n")
+        if args.show_refuted:
+            from perflsp.record_command import refuted_listing
+
+            output.write(refuted_listing([f for r in results for f in r.refuted]))
     if args.exit_zero:
         return EXIT_CLEAN
     return EXIT_FINDINGS if findings or would_change else EXIT_CLEAN

@@ -52,6 +52,7 @@ class Settings:
     profile_command: Optional[str] = None
     profile_timeout: float = 300.0
     rule_docs_url: Optional[str] = None  # "https://…/{code}.html": where findings link to (none by default)
+    record_step_function: Optional[str] = None  # `perflsp record`: a step is a call of this (file.py:func)
     root: Optional[str] = None  # folder that relative globs are matched against
     source: Optional[str] = None  # the file these settings came from
 
@@ -241,6 +242,7 @@ _KEYS = {
     "profile-command": ("profile_command", _optional_str),
     "profile-timeout": ("profile_timeout", _positive_number),
     "rule-docs-url": ("rule_docs_url", _url_template),
+    "record-step-function": ("record_step_function", _optional_str),
 }
 
 

@@ -64,6 +64,9 @@ def tier(rule: Type[Rule]) -> str:
 
 
 def _tier_line(rule: Type[Rule]) -> str:
+    if rule.measured:
+        return (f"Tier: stable (on by default), from a recorded run only (`perflsp record`, see "
+                f"[evidence-json.md](../evidence-json.md)). {rule.tier_reason}")
     if rule.preview:
         return f"Tier: preview. {rule.tier_reason} {_PREVIEW_MODE}"
     if rule.stable_contexts:

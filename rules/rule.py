@@ -89,6 +89,9 @@ class Rule:
     # findings were right at least 4 times in 5 on unseen judged code.
     stable_contexts: ClassVar[FrozenSet[str]] = frozenset()
     tier_reason: ClassVar[str] = ""  # why the rule is stable, or not yet on by default: the evidence
+    # Reported from a recorded run (`perflsp record`, `perflsp.rules.evidence`), never from the text
+    # alone: its examples are programs, recorded by the tests rather than checked as text.
+    measured: ClassVar[bool] = False
     options: ClassVar[Dict[str, Option]] = {}
     valid: ClassVar[Sequence[str]] = ()
     invalid: ClassVar[Sequence[Invalid]] = ()

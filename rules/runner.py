@@ -54,6 +54,7 @@ class FileResult:
     # `--fix` judges each round's text by them: a finding per step only because of a caller in
     # another file must be found, and fixed, as the check found it.
     facts_of: Optional[Callable[[str], Optional[Dict[str, Any]]]] = field(default=None, repr=False, compare=False)
+    refuted: List[Finding] = field(default_factory=list)  # findings a recorded run refuted (`evidence`)
 
 
 # --- discovery -----------------------------------------------------------------------------------
@@ -293,12 +294,14 @@ class Cache:
             return None
         return found if found["module"] == module else None
 
-    def findings(self, path: Path, digest: str, key: str) -> Optional[List[Finding]]:
+    def findings(self, path: Path, digest: str, key: str, slot: str = "") -> Optional[List[Finding]]:
+        """`slot`: "" for the findings of the file's own settings, "preview_" for those of every
+        tier that a recorded run may confirm (`_apply_evidence`)."""
         entry = self.entries.get(str(path.resolve()), {})
-        if entry.get("digest") != digest or entry.get("key") != key:
+        if entry.get("digest") != digest or entry.get(slot + "key") != key:
             return None
         try:
-            return [Finding.from_dict({**d, "filename": str(path)}) for d in entry["findings"]]
+            return [Finding.from_dict({**d, "filename": str(path)}) for d in entry[slot + "findings"]]
         except (KeyError, TypeError, ValueError, AttributeError):
             self._discard("findings of the wrong shape", str(path.resolve()))
             return None
@@ -386,11 +389,14 @@ FactsOf = Callable[[Path, str], Optional[Dict[str, Any]]]  # (path, its text) ->
 
 
 def check_paths(files: Sequence[Path], overrides: Mapping[str, Any] = {}, jobs: int = 0,
-                cache: Optional[Cache] = None, facts_of: Optional[FactsOf] = None) -> List[FileResult]:
+                cache: Optional[Cache] = None, facts_of: Optional[FactsOf] = None,
+                recorded: bool = True) -> List[FileResult]:
     """Check `files` as one project: summaries (cached by content), the project graph, then the
     files whose content, settings or per-step facts changed (`jobs` worker processes; 0 = one per core).
     With `facts_of` the graph is one kept elsewhere (the language server's, of a whole folder), so a
-    few files can be checked without losing the evidence in the rest of the project."""
+    few files can be checked without losing the evidence in the rest of the project. `recorded`:
+    apply a recorded run's evidence (`perflsp record`), which the static candidates of the next
+    record must not see."""
     from perflsp.rules.project import facts_digest
 
     settings = _SettingsByFolder(overrides)
@@ -426,12 +432,55 @@ def check_paths(files: Sequence[Path], overrides: Mapping[str, Any] = {}, jobs: 
             digest = known[path][0]
             if cache is not None and error is None and digest is not None:
                 cache.put(Path(path), digest, key=keys[path], findings=dicts)
+        evidence = _recorded_runs(files, settings) if recorded else {}
+        if evidence:
+            _apply_evidence(results, evidence, known, settings, cache)
     if cache is not None:
         cache.save()
     for path in files:
         if known[str(path)][1] is not None:
             results[str(path)].facts_of = functools.partial(facts_of, path)
     return [results[str(p)] for p in files]
+
+
+def _recorded_runs(files: Sequence[Path], settings: "_SettingsByFolder") -> Dict[str, Any]:
+    """path -> that file's recorded evidence (`perflsp record`), for the files a record holds."""
+    from perflsp.rules.evidence import Records
+
+    records = Records()
+    found = {str(path): records.for_file(path, settings(path)) for path in files if path.suffix != ".ipynb"}
+    return {path: evidence for path, evidence in found.items() if evidence is not None}
+
+
+def _apply_evidence(results: Dict[str, FileResult], recorded: Dict[str, Any], known: "Known",
+                    settings: "_SettingsByFolder", cache: Optional[Cache]) -> None:
+    """Confirm, refute or add findings from the record (`perflsp.rules.evidence`): a file with
+    evidence is also checked in preview mode (cached), whose findings the record may confirm."""
+    from perflsp.rules.evidence import apply
+    from perflsp.rules.project import facts_digest
+
+    for path, evidence in recorded.items():
+        result = results[path]
+        if result.error is not None:
+            continue
+        try:
+            text = read_text(Path(path))
+        except (OSError, ValueError):
+            continue
+        digest, facts = known[path][0], known[path][1]
+
+        def every_tier(wider: Settings) -> List[Finding]:
+            key = f"{wider.fingerprint()}:{facts_digest(facts) if facts else '-'}"
+            hit = cache.findings(Path(path), digest, key, slot="preview_") if cache is not None and digest else None
+            if hit is not None:
+                return hit
+            found = check_text(text, path, wider, facts)
+            if cache is not None and digest:
+                cache.put(Path(path), digest, preview_key=key, preview_findings=[f.to_dict() for f in found])
+            return found
+
+        result.findings, result.refuted = apply(path, text, settings(Path(path)), result.findings, evidence,
+                                                every_tier)
 
 
 Known = Dict[str, Tuple[Optional[str], Optional[Dict[str, Any]], Optional[str]]]  # path -> digest, facts, error

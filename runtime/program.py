@@ -157,12 +157,14 @@ def parse_command(command: str) -> Tuple[str, str, List[str]]:
     return "script", argv[i], argv[i:]
 
 
-def run_command(command: str, target: TargetSpec, cwd: str) -> None:
-    """Run the program with the import hook installed. Returns when the program ends (a
-    `SystemExit` from it is returned as-is by raising it); `StopProgram` passes through."""
+def run_command(command: str, target: Optional[TargetSpec], cwd: str) -> None:
+    """Run the program with the import hook installed (none without a target: `perflsp record`
+    steps on the optimizer). Returns when the program ends (a `SystemExit` from it is returned
+    as-is by raising it); `StopProgram` passes through."""
     kind, name, argv = parse_command(command)
-    finder = CaptureFinder(target)
-    sys.meta_path.insert(0, finder)
+    finder = CaptureFinder(target) if target is not None else None
+    if finder is not None:
+        sys.meta_path.insert(0, finder)
     saved_argv, saved_path = sys.argv, list(sys.path)
     try:
         if kind == "module":
@@ -175,15 +177,13 @@ def run_command(command: str, target: TargetSpec, cwd: str) -> None:
             raise UsageError(f"--run: no such script {script}")
         sys.argv = [script] + list(argv[1:])
         sys.path.insert(0, os.path.dirname(script))
-        is_target = target.file is not None and _same_file(script, str(target.file))
-        _run_script(script, target.qualname if is_target else None)
+        is_target = target is not None and target.file is not None and _same_file(script, str(target.file))
+        _run_script(script, target.qualname if is_target and target is not None else None)
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
-        try:
+        if finder is not None and finder in sys.meta_path:
             sys.meta_path.remove(finder)
-        except ValueError:
-            pass
 
 
 def _run_script(path: str, capture_qualname: Optional[str]) -> None:

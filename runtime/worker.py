@@ -481,6 +481,12 @@ def _write_hot(recorder: Any, path: str) -> None:
         write_json_atomic(path, recorder.document())
 
 
+def _run_record(job: Job) -> int:
+    from perflsp.runtime.record import run_record
+
+    return run_record(job)
+
+
 def main(job_path: str) -> int:
     with open(job_path, encoding="utf-8") as handle:
         data = json.load(handle)
@@ -492,7 +498,7 @@ def main(job_path: str) -> int:
         sys.path.insert(0, data["cwd"])
     job = Job(data)
     try:
-        code = {"peaks": run_peaks, "compile": run_compile}.get(data["command"], run_profile)(job)
+        code = {"peaks": run_peaks, "compile": run_compile, "record": _run_record}.get(data["command"], run_profile)(job)
     finally:
         job.reporter.close()
         if dump is not None:

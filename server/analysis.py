@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 from lsprotocol import types as T
 
 from perflsp.findings import Edit, Finding, Fix, Location
+from perflsp.rules.evidence import Records
 from perflsp.server import convert
 from perflsp.server.settings import EditorSettings, Resolved, resolve
 
@@ -43,6 +44,7 @@ _BOM = "\ufeff"
 # Set while the server warms the engine up (imports, rule table) in a thread of its own: an
 # analysis that runs meanwhile shares the CPU with it and says nothing of what analyses cost.
 WARMING = threading.Event()
+RECORDS = Records()  # `.perflsp/evidence.json` of each workspace, read again when it changes
 
 
 @dataclass
@@ -182,7 +184,15 @@ def analyse(snap: Snapshot, editor: EditorSettings, enc: convert.Encoder, good: 
         facts_key = facts_digest(facts)
         if stale():
             raise Stale()
-        by_part[part.uri] = from_file_source(check_text(source, str(snap.path), settings, facts, reparser), part)
+        findings = check_text(source, str(snap.path), settings, facts, reparser)
+        evidence = RECORDS.for_file(snap.path, settings)
+        if evidence is not None:
+            from perflsp.rules.evidence import apply
+
+            # The other tiers' findings are checked without the reparser, which keeps this tier's tree.
+            findings = apply(str(snap.path), source, settings, findings, evidence,
+                             lambda wider: check_text(source, str(snap.path), wider, facts))[0]
+        by_part[part.uri] = from_file_source(findings, part)
     else:
         from perflsp.rules.notebook import check_cells
 

@@ -28,7 +28,7 @@ from pygls.uris import from_fs_path, to_fs_path
 from perflsp import __version__
 from perflsp.rules.runner import read_text
 from perflsp.server import START_UP_S, end_start_up
-from perflsp.server import actions, hover, notebooks, profiling, protocol, transport
+from perflsp.server import actions, hover, notebooks, profiling, protocol, recording, transport
 from perflsp.server import log as client_log
 from perflsp.server.analysis import WARMING, Part, Result, Snapshot
 from perflsp.server.configuration import CONFIG_NAMES, EditorConfig
@@ -52,6 +52,7 @@ class PerflspServer(LanguageServer):
         self.scan = WorkspaceScan(self)
         self.projects = Projects(self)
         self.profiles = profiling.Profiler(self)
+        self.recorder = recording.Recorder(self)
         self.encoder = Encoder()
         self.pull = False  # the client pulls diagnostics (else they are pushed)
         self.log_handler = client_log.install(self._log_to_client)
@@ -339,15 +340,16 @@ def create_server() -> PerflspServer:
     @ls.feature(T.TEXT_DOCUMENT_HOVER)
     async def on_hover(ls: PerflspServer, params: T.HoverParams):
         static = await hover.hover(ls, params)
-        measured = ls.profiles.hover(params.text_document.uri, params.position)
-        if measured is None:
+        found = [text for text in (ls.profiles.hover(params.text_document.uri, params.position),
+                                   ls.recorder.hover(params.text_document.uri, params.position)) if text]
+        if not found:
             return static
-        value = measured if static is None else f"{measured}\n\n---\n\n{static.contents.value}"
+        value = "\n\n---\n\n".join(found + ([static.contents.value] if static is not None else []))
         return T.Hover(contents=T.MarkupContent(kind=T.MarkupKind.Markdown, value=value))
 
     @ls.feature(T.TEXT_DOCUMENT_CODE_LENS, T.CodeLensOptions(resolve_provider=False))
     def code_lens(ls: PerflspServer, params: T.CodeLensParams):
-        return ls.profiles.code_lenses(params.text_document.uri)
+        return ls.profiles.code_lenses(params.text_document.uri) + ls.recorder.code_lenses(params.text_document.uri)
 
     # --- profiling (explicit user actions only: it runs the user's code) ---------------------------
 
@@ -370,6 +372,10 @@ def create_server() -> PerflspServer:
     async def profile_again(ls: PerflspServer, *args: Any):
         uri, function = _target_args(args)
         return await ls.profiles.profile(uri, function)
+
+    @ls.command(recording.COMMAND)
+    async def record_run(ls: PerflspServer, *args: Any):
+        return await ls.recorder.record(args)
 
     @ls.command("perflsp.clearProfile")
     def clear_profile(ls: PerflspServer, *args: Any):
@@ -415,6 +421,7 @@ def create_server() -> PerflspServer:
     def shutdown(ls: PerflspServer, params: None) -> None:
         ls.shutdown_requested = True
         ls.profiles.shutdown()
+        ls.recorder.shutdown()
         ls.docs.shutdown()
         ls.scan.stop()
         ls.config.stop()

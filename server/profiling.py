@@ -674,7 +674,8 @@ class Profiler:
             log.info("perflsp: no progress for profiling: %s", exc)
             return None
         job.token = token
-        title = {"compile": "Trying torch.compile on", "breaks": "Finding graph breaks in"}.get(job.mode, "Profiling")
+        title = {"compile": "Trying torch.compile on", "breaks": "Finding graph breaks in",
+                 "record": "Recording a run of"}.get(job.mode, "Profiling")
         title = f"{title} {job.qualname}"
         self.server.work_done_progress.begin(token, T.WorkDoneProgressBegin(
             title=title, cancellable=True, message="starting", percentage=0))

@@ -28,6 +28,8 @@ class EditorSettings:
     profile_enabled: bool = True  # off in untrusted workspaces: profiling runs the user's code
     profile_timeout: Optional[float] = None  # seconds; None: the runtime's ([tool.perflsp] profile-timeout)
     profile_min_time: Optional[float] = None  # seconds of timing; None: the runtime's default (1 s)
+    record_command: Optional[str] = None  # what "Record a run" runs; None: `[tool.perflsp] profile-command`
+    record_steps: Optional[int] = None  # steps it records; None: `perflsp record`'s default
     overrides: Tuple[Tuple[str, Any], ...] = ()  # kebab-case `[tool.perflsp]` keys set in the editor
     problems: Tuple[str, ...] = field(default=(), compare=False)  # bad values found while reading
 
@@ -95,6 +97,12 @@ def parse(raw: Any) -> EditorSettings:
                 _parse_profile(profile, values, problems)
             elif profile is not None:
                 problems.append(f"{EDITOR_ORIGIN}: `profile` must be a table (enabled, timeout, minTime), got {value!r}")
+        elif key == "record" or key.startswith("record."):
+            record = value if key == "record" else {key.split(".", 1)[1]: value}
+            if isinstance(record, Mapping):
+                _parse_record(record, values, problems)
+            elif record is not None:
+                problems.append(f"{EDITOR_ORIGIN}: `record` must be a table (command, steps), got {value!r}")
         elif value is not None:  # VS Code sends null for settings the user left unset
             overrides[_kebab(key)] = value
     return EditorSettings(overrides=tuple(sorted(overrides.items(), key=lambda kv: kv[0])),
@@ -122,6 +130,24 @@ def _parse_profile(profile: Mapping[str, Any], values: Dict[str, Any], problems:
                 problems.append(f"{EDITOR_ORIGIN}: `profile.{key}` must be a positive number of seconds, got {value!r}")
         else:
             problems.append(f"{EDITOR_ORIGIN}: unknown setting `profile.{key}` (known: enabled, timeout, minTime)")
+
+
+def _parse_record(record: Mapping[str, Any], values: Dict[str, Any], problems: List[str]) -> None:
+    for key, value in record.items():
+        if value is None or value == "":
+            continue
+        if key == "command":
+            if isinstance(value, str):
+                values["record_command"] = value
+            else:
+                problems.append(f"{EDITOR_ORIGIN}: `record.command` must be a command line, got {value!r}")
+        elif key == "steps":
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+                values["record_steps"] = value
+            else:
+                problems.append(f"{EDITOR_ORIGIN}: `record.steps` must be a whole number >= 1, got {value!r}")
+        else:
+            problems.append(f"{EDITOR_ORIGIN}: unknown setting `record.{key}` (known: command, steps)")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import {
 import { discover, Discovery, RunResult, ServerCommand, pipCommand } from "./discovery";
 import {
   BREAKS_COMMAND, COMPILE_COMMAND, describeProfileResult, enclosingFunction, PROFILE_COMMAND, PROFILE_COMMANDS,
+  RECORD_COMMAND,
   progressTitle,
 } from "./profile";
 import * as python from "./python";
@@ -384,7 +385,7 @@ async function profileAtCursor(log: vscode.LogOutputChannel, command: string, ur
  */
 async function profile(log: vscode.LogOutputChannel, command: string, args: unknown[]): Promise<unknown> {
   const uri = typeof args[0] === "string" ? args[0] : undefined;
-  const name = typeof args[1] === "string" ? args[1] : "the function";
+  const name = command === RECORD_COMMAND ? "the run" : typeof args[1] === "string" ? args[1] : "the function";
   if (!vscode.workspace.isTrusted) {
     const pick = await vscode.window.showWarningMessage(
       "perflsp: profiling runs your code, so it is off in untrusted workspaces. Trust this workspace to profile.",
@@ -546,6 +547,15 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     // Not "perflsp.findGraphBreaks": the language client registers the server's commands under their names.
     vscode.commands.registerCommand("perflsp.graphBreaks",
       (uri?: unknown, name?: unknown) => profileAtCursor(log, BREAKS_COMMAND, uri, name)),
+    // Not "perflsp.recordRun", the server's own command (registered by the language client).
+    vscode.commands.registerCommand("perflsp.record", () => {
+      const target = vscode.window.activeTextEditor?.document.uri ?? vscode.workspace.workspaceFolders?.[0]?.uri;
+      if (!target) {
+        void vscode.window.showWarningMessage("perflsp: open a folder to record a run of its program.");
+        return undefined;
+      }
+      return profile(log, RECORD_COMMAND, [target.toString()]);
+    }),
     vscode.commands.registerCommand("perflsp.fixAll", () => fixAll(log)),
     vscode.commands.registerCommand("perflsp.openRuleDocs", (code?: unknown) => openRuleDocs(pages, code)),
     vscode.workspace.onDidChangeConfiguration((event) => {

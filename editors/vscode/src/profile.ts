@@ -4,13 +4,15 @@
 export const PROFILE_COMMAND = "perflsp.profileFunction"; // the server's workspace/executeCommand
 export const COMPILE_COMMAND = "perflsp.compileFunction"; // "Try torch.compile on this function"
 export const BREAKS_COMMAND = "perflsp.findGraphBreaks"; // torch.compile's graph breaks only (explain)
+export const RECORD_COMMAND = "perflsp.recordRun"; // "Record a run": `perflsp record`, args `[uri]`
 /** Server commands that run the user's code (the code lens offers `profileAgain` after a first run). */
-export const PROFILE_COMMANDS = [PROFILE_COMMAND, "perflsp.profileAgain", COMPILE_COMMAND, BREAKS_COMMAND];
+export const PROFILE_COMMANDS = [PROFILE_COMMAND, "perflsp.profileAgain", COMPILE_COMMAND, BREAKS_COMMAND, RECORD_COMMAND];
 
 /** The progress notification's title while `command` runs on `name`. */
 export function progressTitle(command: string, name: string): string {
   if (command === COMPILE_COMMAND) return `perflsp: trying torch.compile on ${name}`;
   if (command === BREAKS_COMMAND) return `perflsp: finding graph breaks in ${name}`;
+  if (command === RECORD_COMMAND) return "perflsp: recording a run of the program";
   return `perflsp: measuring ${name}`;
 }
 

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 
 import {
   BREAKS_COMMAND, COMPILE_COMMAND, describeProfileResult, enclosingFunction, PROFILE_COMMAND, PROFILE_COMMANDS,
-  progressTitle,
+  progressTitle, RECORD_COMMAND,
 } from "../src/profile";
 
 const SOURCE = `import torch
@@ -91,7 +91,9 @@ describe("progressTitle", () => {
     expect(progressTitle(PROFILE_COMMAND, "step")).toBe("perflsp: measuring step");
     expect(progressTitle(COMPILE_COMMAND, "step")).toBe("perflsp: trying torch.compile on step");
     expect(progressTitle(BREAKS_COMMAND, "step")).toBe("perflsp: finding graph breaks in step");
-    // All three run the user's code: the extension checks trust and saves the file first.
-    expect(PROFILE_COMMANDS).toEqual(expect.arrayContaining([PROFILE_COMMAND, COMPILE_COMMAND, BREAKS_COMMAND]));
+    expect(progressTitle(RECORD_COMMAND, "the run")).toBe("perflsp: recording a run of the program");
+    // All of them run the user's code: the extension checks trust and saves the file first.
+    expect(PROFILE_COMMANDS).toEqual(
+      expect.arrayContaining([PROFILE_COMMAND, COMPILE_COMMAND, BREAKS_COMMAND, RECORD_COMMAND]));
   });
 });

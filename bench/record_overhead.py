@@ -1,0 +1,124 @@
+"""What `perflsp record`'s recorders cost a running program (issue 19: at most 1.5× the step).
+
+    python bench/record_overhead.py [--steps 300] [--runs 5]
+
+A small CPU training loop (torch, one thread): 4 residual blocks of Linear(256) on a batch of 32,
+cross-entropy, SGD, a `.to(device)` of each batch and a `.item()` of each loss, as in a real
+project. Timed bare and with the recorders on and armed, as during the recorded steps: line
+events in the code objects that hold a candidate (the loop's), and the torch-function mode that
+marks device-bound tensors and counts host reads, which sees every torch call of the step but
+the optimizer's own (`QuietOptimizer`).
+Interleaved over --runs rounds; the median is reported, with the machine's load average.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+TRAIN = '''
+import torch
+
+device = torch.device("cpu")
+
+
+class Block(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.fc = torch.nn.Linear(width, width)
+
+    def forward(self, x):
+        return x + torch.relu(self.fc(x))
+
+
+class Net(torch.nn.Module):
+    def __init__(self, width=256, depth=4, classes=10):
+        super().__init__()
+        self.blocks = torch.nn.Sequential(*[Block(width) for _ in range(depth)])
+        self.head = torch.nn.Linear(width, classes)
+
+    def forward(self, x):
+        return self.head(self.blocks(x))
+
+
+def run(steps, net=None, opt=None):
+    torch.manual_seed(0)
+    net = Net().to(device)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    data = [(torch.randn(32, 256), torch.randint(0, 10, (32,))) for _ in range(8)]
+    losses = []
+    for i in range(steps):
+        x, y = data[i % len(data)]
+        x, y = x.to(device), y.to(device)  # candidate
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())  # candidate
+    return losses
+'''
+
+
+def load(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def timed(fn, arg) -> float:
+    t0 = time.perf_counter()
+    fn(arg)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+
+    import torch
+
+    from perflsp.runtime.host_reads import HostReadMode, QuietOptimizer
+    from perflsp.runtime.hot_record import WorkspaceFiles
+    from perflsp.runtime.line_record import LineRecorder
+
+    torch.set_num_threads(1)  # steadier on a shared machine
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as workspace:
+        path = os.path.join(workspace, "train.py")
+        with open(path, "w") as handle:
+            handle.write(TRAIN)
+        candidates = [("train.py", i) for i, text in enumerate(TRAIN.splitlines(), 1) if text.endswith("# candidate")]
+        module = load(path, "train")
+        module.run(max(1, args.steps // 10))  # warm-up: allocator, first-call setup
+        files = WorkspaceFiles(workspace, workspace)
+        seconds = {"bare": [], "recording": []}
+        method = ""
+        for _ in range(args.runs):
+            seconds["bare"].append(timed(module.run, args.steps))
+            lines = LineRecorder(candidates, files.relative_path)
+            mode = HostReadMode(files.relative_path, candidates, lines.counts)
+            method = lines.method
+            quiet = QuietOptimizer().install()
+            lines.start()
+            with mode:
+                mode.armed = True
+                seconds["recording"].append(timed(module.run, args.steps))
+            lines.stop()
+            quiet.remove()
+    bare = statistics.median(seconds["bare"])
+    recording = statistics.median(seconds["recording"])
+    print(f"train: python {sys.version.split()[0]}, torch {torch.__version__}, {method}, load average "
+          f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after, {os.cpu_count()} cores")
+    for key, value in (("bare", bare), ("recording", recording)):
+        print(f"  {key:<10} {value / args.steps * 1e6:10.1f} µs/step   {value / bare:6.3f}x")
+
+
+if __name__ == "__main__":
+    main()
