@@ -773,7 +773,13 @@ def _fails(body: List[ast.stmt]) -> bool:
     """The block handles something gone wrong: its last statement raises or exits the program, or
     one of its statements is a `warnings.warn` (a module that warns, then repairs its input)."""
     last = body[-1]
-    return isinstance(last, ast.Raise) or _calls(last, _EXITS) or any(_calls(stmt, _WARNINGS) for stmt in body)
+    return (isinstance(last, ast.Raise) or (_calls(last, _EXITS) and not _exits_with_a_result(last))
+            or any(_calls(stmt, _WARNINGS) for stmt in body))
+
+
+def _exits_with_a_result(stmt: ast.stmt) -> bool:
+    """`sys.exit(main())`: the program's work runs inside the exit's argument, then it ends."""
+    return any(isinstance(arg, ast.Call) for arg in stmt.value.args)  # type: ignore[attr-defined]
 
 
 def _tests_for_nan(test: ast.expr) -> bool:

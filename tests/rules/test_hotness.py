@@ -933,3 +933,27 @@ def test_back_to_back_host_copies_and_transfers_are_one_finding_at_the_first(tmp
                                                           "labels.to(device, non_blocking=True)"]
     copy = next(f for f in result.findings if f.code == "PFL102")
     assert "(with `labels.cpu().numpy()` right after it" in copy.message
+
+
+def test_a_script_that_exits_with_its_main_result_still_trains(tmp_path):
+    found = _project(tmp_path, {"recipe.py": """
+        import sys
+
+        class Recipe:
+            def train(self, dataloader, opt):
+                for idx, batch in enumerate(dataloader):
+                    loss = self.model(batch)
+                    loss.backward()
+                    opt.step()
+                    print(loss.item())
+
+        def recipe_main():
+            recipe = Recipe()
+            recipe.train(make_loader(), make_opt())
+
+        if __name__ == "__main__":
+            sys.exit(recipe_main())
+        """})
+    # `sys.exit(recipe_main())` runs the whole program before it exits: no failure path, and
+    # `recipe.train()` (through the object) is the run's training loop.
+    assert _rows(found) == [("recipe.py", 10)]
