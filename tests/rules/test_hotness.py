@@ -957,3 +957,25 @@ def test_a_script_that_exits_with_its_main_result_still_trains(tmp_path):
     # `sys.exit(recipe_main())` runs the whole program before it exits: no failure path, and
     # `recipe.train()` (through the object) is the run's training loop.
     assert _rows(found) == [("recipe.py", 10)]
+
+
+def test_calls_from_tests_do_not_make_library_code_cold(tmp_path):
+    found = _project(tmp_path, {
+        "lib/__init__.py": "",
+        "lib/pipeline.py": """
+            class Pipeline:
+                def __call__(self, latents, timesteps):
+                    for t in timesteps:
+                        latents = self.step(latents, t)
+                        print(latents.abs().max().item())
+                    return latents
+            """,
+        "tests/test_pipeline.py": """
+            from lib.pipeline import Pipeline
+
+            def test_pipeline(latents):
+                pipe = Pipeline()
+                assert pipe(latents, [1, 2]) is not None
+            """,
+    })
+    assert _rows(found) == [("lib/pipeline.py", 6)]
