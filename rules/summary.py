@@ -414,16 +414,19 @@ class _Summarizer:
 
     def annotated_class(self, annotation: Optional[ast.expr], scope: _Scope) -> Optional[str]:
         """The class an annotation names: `Loss`, `nn.Module`, `Optional[Loss]`, `Loss | None`, `"Loss"`."""
-        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
-            try:
-                annotation = ast.parse(annotation.value, mode="eval").body
-            except SyntaxError:
-                return None
         if isinstance(annotation, ast.Subscript) and _names(annotation.value)[:1] == ["Optional"]:
             annotation = annotation.slice
         if (isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr)
                 and isinstance(annotation.right, ast.Constant) and annotation.right.value is None):
             annotation = annotation.left
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            # a forward reference: only a dotted name can name a class (no parse for the rest)
+            if not _DOTTED.match(annotation.value):
+                return None
+            head, *rest = annotation.value.split(".")
+            annotation = ast.Name(head)
+            for part in rest:
+                annotation = ast.Attribute(annotation, part)
         if isinstance(annotation, (ast.Name, ast.Attribute)) and _class_like(annotation):
             return self.ref(annotation, scope)
         return None
@@ -621,6 +624,7 @@ def _is_step_condition(test: ast.expr) -> bool:
 
 
 _STOP_TEST = re.compile(r"stop|done|finished", re.IGNORECASE)
+_DOTTED = re.compile(r"[A-Za-z_][\w.]*\Z")
 
 
 def _counts_steps(test: ast.expr) -> bool:

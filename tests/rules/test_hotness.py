@@ -804,7 +804,7 @@ def test_attributes_bound_to_objects_and_annotated_parameters(tmp_path):
             from units import Decoder, TrainUnit
 
             class Trainer:
-                decoder: Decoder
+                decoder: "Decoder"  # a forward reference
 
                 def __init__(self, unit: Optional[TrainUnit]):
                     self._unit = unit
