@@ -124,7 +124,8 @@ cell_magic = st.sampled_from(["%%time", "%%timeit -n 3 setup()", "%%capture out"
 
 @st.composite
 def cells(draw) -> Tuple[str, Set[int], Set[int]]:
-    """A cell, the rows (1-based) of its Python lines, and the rows of `STEP` inside loops."""
+    """A cell, the rows (1-based) of its Python lines, and the rows of `STEP` inside loops that
+    follow no other `STEP` (copies back to back are one finding, at the first)."""
     blocks = draw(st.lists(block, min_size=1, max_size=6))
     lines: List[str] = []
     python: Set[int] = set()
@@ -134,7 +135,7 @@ def cells(draw) -> Tuple[str, Set[int], Set[int]]:
             lines.append(indent + part)
             if is_python:
                 python.add(len(lines))
-        if text == STEP:
+        if text == STEP and not (len(lines) > 1 and lines[-2].strip() == STEP):
             steps.add(len(lines))
     return "\n".join(lines) + draw(st.sampled_from(["", "\n"])), python, steps
 

@@ -78,5 +78,9 @@ def test_steps_of_uneven_size_give_a_tentative_verdict(run_job, targets_dir):
     result = _run(run_job, targets_dir / "program", "uneven.py", "400", iters=40)
     assert result["timing"]["calls"] == 40
     [note] = _tentative(result)
-    assert "the fastest call, which the regime is judged on" in note
-    assert result["timing"]["median_us"] / result["timing"]["min_us"] >= steadiness.FASTEST_GAP
+    timing = result["timing"]
+    gap = timing["median_us"] / timing["min_us"] >= steadiness.FASTEST_GAP
+    # The fastest call is named exactly when it is far from the median; on a busy machine the two
+    # sizes can blur, and then the drift between thirds must speak instead.
+    assert ("the fastest call, which the regime is judged on" in note) == gap, note
+    assert gap or "the last third of the calls" in note, note
