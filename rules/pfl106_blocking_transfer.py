@@ -25,7 +25,8 @@ class BlockingTransfer(Rule):
         "already on the device (moved there earlier, or computed from tensors there) copy nothing "
         "and are not reported, nor are moves to a device that may be unset (`device=None`). Transfers "
         "back to back (in one statement or in statements that follow each other) wait once: they are "
-        "one finding, at the first, naming the others, whose fix makes all of them non-blocking."
+        "one finding, at the first, naming the others, whose fix makes those from pinned memory "
+        "non-blocking."
     )
     how_to_fix = (
         "Load the batches into pinned memory (`DataLoader(..., pin_memory=True)` or "
@@ -169,13 +170,13 @@ class BlockingTransfer(Rule):
             transfers[call] = (frame, f"`{ctx.code(call)}` is {copy} waits until the GPU has run everything queued "
                                       f"before it; {advice}", fixed)
         # Transfers back to back wait once: one finding at the first, naming the others; its fix
-        # makes every one of them non-blocking, or none (the first left blocking would still wait).
+        # makes those from pinned memory non-blocking (a copy left blocking is then the wait, and
+        # is reported on its own by the next check).
         for run in ctx.back_to_back(list(transfers)):
             first, *rest = run
             frame, message, _ = transfers[first]
-            pairs = [(call, transfers[call][2]) for call in run]
-            fix = (self.replace("Add `non_blocking=True`", "safe", *pairs)
-                   if all(fixed is not None for _, fixed in pairs) else None)
+            pairs = [(call, transfers[call][2]) for call in run if transfers[call][2] is not None]
+            fix = self.replace("Add `non_blocking=True`", "safe", *pairs) if pairs else None
             yield self.report(first, frame, message + ctx.waiting_after(rest), fix=fix)
 
 

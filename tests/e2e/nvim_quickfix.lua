@@ -78,9 +78,15 @@ local ok, err = pcall(function()
   vim.lsp.util.apply_workspace_edit(chosen.edit, client.offset_encoding)
   report.after_line = vim.api.nvim_buf_get_lines(bufnr, target.lnum, target.lnum + 1, false)[1]
 
-  -- The edit changed the buffer; the server must re-lint and drop the fixed finding.
-  local before = #report.before
-  if not vim.wait(30000, function() return #vim.diagnostic.get(bufnr) == before - 1 end, 50) then
+  -- The edit changed the buffer; the server must re-lint and drop the fixed finding (a transfer
+  -- its run named may now be reported on its own).
+  local function fixed_gone()
+    for _, d in ipairs(vim.diagnostic.get(bufnr)) do
+      if d.code == "PFL106" and d.lnum == target.lnum then return false end
+    end
+    return true
+  end
+  if not vim.wait(30000, fixed_gone, 50) then
     return fail("diagnostics did not update after the fix: " .. vim.fn.json_encode(codes(bufnr)))
   end
   report.after = codes(bufnr)

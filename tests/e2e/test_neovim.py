@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,9 +61,13 @@ def test_neovim_shows_diagnostics_and_applies_a_quick_fix(tmp_path: Path):
     expected = original.splitlines()
     expected[report["target"]["lnum"]] = fixed
     assert report["text"] == "\n".join(expected) + "\n"
-    # ... and the server re-linted the edited buffer: that finding is gone, the others stay.
+    # ... and the server re-linted the edited buffer: that finding is gone, the others stay, and a
+    # transfer the fixed finding named as right after it (still blocking) is now reported on its own.
     after = {(d["code"], d["lnum"]) for d in report["after"]}
-    assert after == before - {("PFL106", report["target"]["lnum"])}
+    [fixed_finding] = [d for d in report["before"] if (d["code"], d["lnum"]) == ("PFL106", report["target"]["lnum"])]
+    assert after - before <= {("PFL106", lnum) for lnum, text in enumerate(expected)
+                              if any(f"`{call}`" in fixed_finding["message"] for call in _calls_in(text))}
+    assert before - after == {("PFL106", report["target"]["lnum"])}
     assert target.read_text() == original  # Neovim edited the buffer, not the file
 
 
@@ -113,3 +118,8 @@ def test_neovim_profiles_a_function_and_shows_the_verdict(tmp_path: Path):
     assert len(verdict) == 1 and regime in verdict[0]["message"] and verdict[0]["severity"] == 3  # Information
     assert all(def_line <= d["lnum"] <= def_line + 2 for d in report["measured"])
     assert list((project / ".perflsp" / "profiles").glob("kernels.step.json"))
+
+
+def _calls_in(line: str):
+    """`labels.cuda()` in `labels = labels.cuda() if ... else labels`: the calls a message may name."""
+    return re.findall(r"[\w.]+\([^()]*\)", line)

@@ -42,6 +42,7 @@ REQUIRED = os.environ.get("PERFLSP_E2E_REQUIRED") == "1"
 SETTINGS = {
     "perflsp.path", "perflsp.interpreter", "perflsp.lintOn", "perflsp.workspaceDiagnostics", "perflsp.select",
     "perflsp.ignore", "perflsp.severity", "perflsp.preview", "perflsp.profile.enabled", "perflsp.profile.timeout", "perflsp.logLevel",
+    "perflsp.record.command", "perflsp.record.steps",
 }
 COMMANDS = {
     "perflsp.restart": "Restart server",
@@ -49,6 +50,7 @@ COMMANDS = {
     "perflsp.profile": "Profile this function",
     "perflsp.tryCompile": "Try torch.compile on this function",
     "perflsp.graphBreaks": "Find torch.compile graph breaks",
+    "perflsp.record": "Record a run (confirm or refute the findings)",
     "perflsp.fixAll": "Fix all perflsp findings",
     "perflsp.openRuleDocs": "Open rule documentation",
 }

@@ -928,7 +928,7 @@ def test_back_to_back_host_copies_and_transfers_are_one_finding_at_the_first(tmp
     [result] = check_paths(discover([str(tmp_path)]), {"preview": True}, jobs=1)
     first = next(f for f in result.findings if f.code == "PFL106" and f.start.row == 8)
     assert "(with `labels.to(device)` right after it, which then waits only for the work queued since)" in first.message
-    # The fix makes both transfers non-blocking: the first alone would leave the second to wait.
+    # The fix makes both transfers from the pinned loader non-blocking.
     assert [edit.content for edit in first.fix.edits] == ["images.to(device, non_blocking=True)",
                                                           "labels.to(device, non_blocking=True)"]
     copy = next(f for f in result.findings if f.code == "PFL102")
@@ -979,3 +979,19 @@ def test_calls_from_tests_do_not_make_library_code_cold(tmp_path):
             """,
     })
     assert _rows(found) == [("lib/pipeline.py", 6)]
+
+
+def test_a_transfer_run_fixes_the_copies_from_pinned_memory(tmp_path):
+    (tmp_path / "perflsp.toml").write_text("")
+    (tmp_path / "loop.py").write_text(textwrap.dedent("""
+        def train(model, loader, device, class_weights):
+            for images, labels in loader:
+                images = images.pin_memory().to(device)
+                labels = labels.cuda()
+                model(images, labels).backward()
+        """))
+    [result] = check_paths(discover([str(tmp_path)]), {"preview": True}, jobs=1)
+    [finding] = [f for f in result.findings if f.code == "PFL106"]
+    assert "(with `labels.cuda()` right after it" in finding.message
+    # `labels` comes from pageable memory: only the pinned copy gets `non_blocking=True`.
+    assert [edit.content for edit in finding.fix.edits] == ["images.pin_memory().to(device, non_blocking=True)"]
