@@ -79,17 +79,23 @@ def main(argv: Sequence[str]) -> int:
     if not cwd.is_dir():
         return _error(f"--cwd: no such folder: {cwd}")
     try:
-        program.parse_command(command)
+        kind, name, _ = program.parse_command(command, program.RECORDED)
         settings = settings_for(cwd)
     except (UsageError, ConfigError) as exc:
         return _error(str(exc))
+    if kind == "script" and not (cwd / name).is_file():  # before the workspace is read for candidates
+        return _error(f"{program.RECORDED}: no such script {cwd / name}")
     workspace = Path(args.workspace).resolve() if args.workspace else Path(settings.root) if settings.source else cwd
     try:
         progress = _progress(args.progress, args.progress_fd)
     except OSError as exc:
         return _error(f"--progress-fd {args.progress_fd}: {exc}")
     progress({"event": "phase", "phase": "finding the lines to record", "detail": str(workspace)})
-    candidates = static_candidates(workspace)
+    try:
+        candidates = static_candidates(workspace)
+    except ConfigError as exc:  # a configuration inside the workspace, as `perflsp check` would say
+        progress.finish()
+        return _error(str(exc))
     job = {"command": "record", "run": command, "cwd": str(cwd), "workspace": str(workspace),
            "candidates": candidates, "steps": args.steps, "warmup": args.warmup,
            "step_function": args.step_function or settings.record_step_function}

@@ -120,30 +120,32 @@ def _same_file(a: str, b: str) -> bool:
 
 # --- the command --------------------------------------------------------------------------------
 
+RECORDED = "the command after `perflsp record --`"  # how errors name the program `perflsp record` runs
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?(\.exe)?$")
 _FLAG_OPTIONS = {"-u", "-B", "-O", "-OO", "-s", "-S", "-E", "-I", "-q", "-b", "-bb", "-d", "-v", "-P"}
 
 
-def parse_command(command: str) -> Tuple[str, str, List[str]]:
-    """('script', path, argv) or ('module', name, argv) for a `python ...` command line."""
+def parse_command(command: str, what: str = "--run") -> Tuple[str, str, List[str]]:
+    """('script', path, argv) or ('module', name, argv) for a `python ...` command line; `what`
+    names the command in errors as the user gave it (`--run`, the command of `perflsp record --`)."""
     try:
         argv = shlex.split(command)
     except ValueError as exc:
-        raise UsageError(f"cannot parse --run command {command!r}: {exc}") from None
+        raise UsageError(f"cannot parse {what} command {command!r}: {exc}") from None
     if not argv:
-        raise UsageError("the --run command is empty")
+        raise UsageError(f"the {what} command is empty")
     if not _PYTHON.match(os.path.basename(argv[0])) and argv[0] != sys.executable:
-        raise UsageError(f"--run must start with python (perflsp runs the program in its own interpreter to "
+        raise UsageError(f"{what} must start with python (perflsp runs the program in its own interpreter to "
                          f"measure calls as they happen), got {argv[0]!r} in {command!r}")
     i = 1
     while i < len(argv) and argv[i].startswith("-"):
         option = argv[i]
         if option == "-m":
             if i + 1 >= len(argv):
-                raise UsageError("--run: -m needs a module name")
+                raise UsageError(f"{what}: -m needs a module name")
             return "module", argv[i + 1], argv[i + 1:]
         if option == "-c":
-            raise UsageError("--run does not take python -c; put the program in a file")
+            raise UsageError(f"{what} does not take python -c; put the program in a file")
         if option in _FLAG_OPTIONS:
             i += 1
         elif option in ("-W", "-X"):
@@ -151,17 +153,17 @@ def parse_command(command: str) -> Tuple[str, str, List[str]]:
         elif option.startswith(("-W", "-X")):
             i += 1
         else:
-            raise UsageError(f"--run: python option {option} is not supported")
+            raise UsageError(f"{what}: python option {option} is not supported")
     if i >= len(argv):
-        raise UsageError(f"--run command {command!r} names no script")
+        raise UsageError(f"{what} command {command!r} names no script")
     return "script", argv[i], argv[i:]
 
 
-def run_command(command: str, target: Optional[TargetSpec], cwd: str) -> None:
+def run_command(command: str, target: Optional[TargetSpec], cwd: str, what: str = "--run") -> None:
     """Run the program with the import hook installed (none without a target: `perflsp record`
     steps on the optimizer). Returns when the program ends (a `SystemExit` from it is returned
     as-is by raising it); `StopProgram` passes through."""
-    kind, name, argv = parse_command(command)
+    kind, name, argv = parse_command(command, what)
     finder = CaptureFinder(target) if target is not None else None
     if finder is not None:
         sys.meta_path.insert(0, finder)
@@ -174,7 +176,7 @@ def run_command(command: str, target: Optional[TargetSpec], cwd: str) -> None:
             return
         script = os.path.abspath(os.path.join(cwd, name))
         if not os.path.isfile(script):
-            raise UsageError(f"--run: no such script {script}")
+            raise UsageError(f"{what}: no such script {script}")
         sys.argv = [script] + list(argv[1:])
         sys.path.insert(0, os.path.dirname(script))
         is_target = target is not None and target.file is not None and _same_file(script, str(target.file))

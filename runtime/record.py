@@ -173,7 +173,7 @@ def run_record(job: Any) -> int:
     os.register_at_fork(after_in_child=session.lines.stop)
     try:
         with session.mode, session.syncs:
-            program.run_command(command, target, cwd)
+            program.run_command(command, target, cwd, program.RECORDED)
         ended = "finished"
     except program.StopProgram:
         pass

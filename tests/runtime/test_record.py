@@ -222,3 +222,28 @@ def test_a_program_without_steps_is_told_how_to_name_them(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "recorded  0 steps (optimizer.step)" in out.stdout and "(the program finished)" in out.stdout
     assert "--step-function FILE:FUNC" in out.stdout
+
+
+@pytest.mark.parametrize("program, said", [
+    (["torchrun", "train.py"], "the command after `perflsp record --` must start with python"),
+    (["python", "-c", "1"], "the command after `perflsp record --` does not take python -c"),
+    (["python", "missing.py"], "the command after `perflsp record --`: no such script"),
+])
+def test_a_program_it_cannot_run_is_named_as_the_user_gave_it(tmp_path, program, said):
+    (tmp_path / "perflsp.toml").write_text("")
+    run = perflsp("record", "--", *program, cwd=tmp_path)
+    assert run.returncode == 2
+    assert said in run.stderr and "--run" not in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / ".perflsp").exists()
+
+
+def test_a_bad_configuration_in_the_workspace_is_a_usage_error(tmp_path):
+    (tmp_path / "perflsp.toml").write_text("")
+    (tmp_path / "train.py").write_text("print('never runs')\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "perflsp.toml").write_text("select = 3\n")
+    (tmp_path / "sub" / "a.py").write_text("x = 1\n")
+    run = perflsp("record", "--", "python", "train.py", cwd=tmp_path)
+    assert run.returncode == 2
+    assert "sub/perflsp.toml" in run.stderr and "select" in run.stderr and "Traceback" not in run.stderr
+    assert "never runs" not in run.stdout
