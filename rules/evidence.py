@@ -22,8 +22,6 @@ of another version is None with a warning in the log.
 """
 from __future__ import annotations
 
-import json
-import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
@@ -33,9 +31,7 @@ from perflsp.evidence_file import EVIDENCE_VERSION, STEP_SOURCES, evidence_path,
 from perflsp.findings import Finding, Location, rule_url
 from perflsp.hot_file import MIN_STEPS
 from perflsp.rules import suppress
-from perflsp.safe_files import read_regular
-
-log = logging.getLogger("perflsp")
+from perflsp.rules.measured import count, read_record, record_steps, text_field
 
 MAX_EVIDENCE_BYTES = 64 * 1024 * 1024
 MEASURED_SYNC = "PFL108"
@@ -245,29 +241,11 @@ def evidence_root(path: Path, settings: Settings) -> Optional[Path]:
 
 def load_evidence(workspace_root: Path) -> Optional[Evidence]:
     """The workspace's recorded evidence, or None (no file; a bad one is also logged as a warning)."""
-    path = evidence_path(workspace_root)
-    try:
-        text = read_regular(path, MAX_EVIDENCE_BYTES).decode("utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        log.warning("perflsp: cannot read %s: %s", path, exc)
-        return None
-    try:
-        return parse(json.loads(text))
-    except (ValueError, RecursionError, TypeError, KeyError) as exc:
-        log.warning("perflsp: ignoring %s: %s", path, exc)
-        return None
+    return read_record(evidence_path(workspace_root), MAX_EVIDENCE_BYTES, parse)
 
 
 def parse(data: Any) -> Evidence:
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    if data.get("version") != EVIDENCE_VERSION:
-        raise ValueError(f"version {data.get('version')!r}; this perflsp reads version {EVIDENCE_VERSION}")
-    steps = _count(data, "steps")
-    if data.get("step_source") not in STEP_SOURCES:
-        raise ValueError(f"step_source {data.get('step_source')!r}")
+    steps = record_steps(data, EVIDENCE_VERSION, STEP_SOURCES)
     if not isinstance(data.get("lines"), list):
         raise ValueError("`lines` is not a list")
     by_file: Dict[str, Dict[int, LineRecord]] = {}
@@ -278,26 +256,15 @@ def parse(data: Any) -> Evidence:
         if not isinstance(reads, dict) or not all(isinstance(v, int) and v >= 0 for v in reads.values()):
             raise ValueError(f"lines[{index}].host_reads must map kinds to counts")
         record = LineRecord(
-            file=entry["file"], line=_count(entry, "line"), hash=entry["hash"], candidate=bool(entry.get("candidate")),
+            file=entry["file"], line=count(entry, "line"), hash=entry["hash"], candidate=bool(entry.get("candidate")),
             host_reads=dict(reads), stall_us=float(entry.get("stall_us") or 0.0),
             operands=tuple(Operand(str(o["device"]), bool(o["bound"]), str(o["dtype"]), int(o["numel"]))
                            for o in entry.get("operands") or ()),
-            **{name: _count(entry, name) for name in _COUNTS})
+            **{name: count(entry, name) for name in _COUNTS})
         by_file.setdefault(record.file, {})[record.line] = record
-    return Evidence(steps=steps, step_source=data["step_source"], command=_text(data, "command"),
-                    measured_at=_text(data, "measured_at"), accelerator=_text(data, "accelerator"), by_file=by_file)
-
-
-def _count(block: Dict[str, Any], name: str) -> int:
-    value = block.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"`{name}` must be a non-negative integer, got {value!r}")
-    return value
-
-
-def _text(block: Dict[str, Any], name: str) -> Optional[str]:
-    value = block.get(name)
-    return value if isinstance(value, str) else None
+    return Evidence(steps=steps, step_source=data["step_source"], command=text_field(data, "command"),
+                    measured_at=text_field(data, "measured_at"), accelerator=text_field(data, "accelerator"),
+                    by_file=by_file)
 
 
 # --- judging a file's findings --------------------------------------------------------------------

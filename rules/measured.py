@@ -33,7 +33,7 @@ import logging
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, TypeVar, Union
 
 from perflsp.hot_file import HOT_VERSION, MIN_STEPS, STEP_SOURCES, hot_path
 from perflsp.safe_files import read_regular
@@ -80,29 +80,44 @@ class Measured:
 
 def load_measured(workspace_root: Path) -> Optional[Measured]:
     """The workspace's recorded run, or None (no file; a bad one is also logged as a warning)."""
-    path = hot_path(workspace_root)
+    return read_record(hot_path(workspace_root), MAX_HOT_BYTES, _parse)
+
+
+Parsed = TypeVar("Parsed")
+
+
+def read_record(path: Path, limit: int, parse: Callable[[Any], Parsed]) -> Optional[Parsed]:
+    """A record a run wrote under `.perflsp/` (hot.json, evidence.json), parsed; None when there
+    is none, and when it cannot be read or parsed (logged as a warning: a bad record never fails a check)."""
     try:
-        text = read_regular(path, MAX_HOT_BYTES).decode("utf-8")
+        text = read_regular(path, limit).decode("utf-8")
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:  # NotRegularFile and UnicodeDecodeError included
         log.warning("perflsp: cannot read %s: %s", path, exc)
         return None
     try:
-        return _parse(json.loads(text))
-    except (ValueError, RecursionError) as exc:  # json.JSONDecodeError included; absurdly deep nesting
+        return parse(json.loads(text))
+    # json.JSONDecodeError is a ValueError; absurdly deep nesting; a field of the wrong type or missing
+    except (ValueError, RecursionError, TypeError, KeyError) as exc:
         log.warning("perflsp: ignoring %s: %s", path, exc)
         return None
 
 
-def _parse(data: Any) -> Measured:
+def record_steps(data: Any, version: int, step_sources: Tuple[str, ...]) -> int:
+    """The step count of a record's JSON, once its shape, version and step source are checked."""
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
-    if data.get("version") != HOT_VERSION:
-        raise ValueError(f"version {data.get('version')!r}; this perflsp reads version {HOT_VERSION}")
-    steps = _count(data, "steps")
-    if data.get("step_source") not in STEP_SOURCES:
+    if data.get("version") != version:
+        raise ValueError(f"version {data.get('version')!r}; this perflsp reads version {version}")
+    steps = count(data, "steps")
+    if data.get("step_source") not in step_sources:
         raise ValueError(f"step_source {data.get('step_source')!r}")
+    return steps
+
+
+def _parse(data: Any) -> Measured:
+    steps = record_steps(data, HOT_VERSION, STEP_SOURCES)
     entries = data.get("functions")
     if not isinstance(entries, list):
         raise ValueError("`functions` is not a list")
@@ -111,22 +126,22 @@ def _parse(data: Any) -> Measured:
         if not isinstance(entry, dict) or not isinstance(entry.get("file"), str) or not entry["file"] \
                 or not isinstance(entry.get("qualname"), str) or not entry["qualname"]:
             raise ValueError(f"functions[{index}] needs a `file` and a `qualname`")
-        calls, ran_in = _count(entry, "calls"), _count(entry, "steps")
+        calls, ran_in = count(entry, "calls"), count(entry, "steps")
         if ran_in > steps:
             raise ValueError(f"functions[{index}] ran in {ran_in} steps of {steps}")
         functions[_key(entry["file"], entry["qualname"])] = (calls, ran_in)
-    return Measured(steps=steps, step_source=data["step_source"], command=_text(data, "command"),
-                    measured_at=_text(data, "measured_at"), functions=functions)
+    return Measured(steps=steps, step_source=data["step_source"], command=text_field(data, "command"),
+                    measured_at=text_field(data, "measured_at"), functions=functions)
 
 
-def _count(block: Dict[str, Any], name: str) -> int:
+def count(block: Dict[str, Any], name: str) -> int:
     value = block.get(name)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"`{name}` must be a non-negative integer, got {value!r}")
     return value
 
 
-def _text(block: Dict[str, Any], name: str) -> Optional[str]:
+def text_field(block: Dict[str, Any], name: str) -> Optional[str]:
     value = block.get(name)
     return value if isinstance(value, str) else None
 
