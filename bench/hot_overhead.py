@@ -26,10 +26,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-TRAIN = '''
-import torch
-
-
+# A small residual MLP, shared with bench/record_overhead.py so both recorders time one model.
+MODEL = '''
 class Block(torch.nn.Module):
     def __init__(self, width):
         super().__init__()
@@ -47,7 +45,9 @@ class Net(torch.nn.Module):
 
     def forward(self, x):
         return self.head(self.blocks(x))
+'''
 
+TRAIN = "import torch\n\n" + MODEL + '''
 
 def loss_of(logits, labels):
     return torch.nn.functional.cross_entropy(logits, labels)

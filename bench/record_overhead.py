@@ -13,37 +13,19 @@ Interleaved over --runs rounds; the median is reported, with the machine's load 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
 import tempfile
-import time
+
+from hot_overhead import MODEL, load, timed  # bench/ is the script's folder: the same model and timer
 
 TRAIN = '''
 import torch
 
 device = torch.device("cpu")
 
-
-class Block(torch.nn.Module):
-    def __init__(self, width):
-        super().__init__()
-        self.fc = torch.nn.Linear(width, width)
-
-    def forward(self, x):
-        return x + torch.relu(self.fc(x))
-
-
-class Net(torch.nn.Module):
-    def __init__(self, width=256, depth=4, classes=10):
-        super().__init__()
-        self.blocks = torch.nn.Sequential(*[Block(width) for _ in range(depth)])
-        self.head = torch.nn.Linear(width, classes)
-
-    def forward(self, x):
-        return self.head(self.blocks(x))
-
+''' + MODEL + '''
 
 def run(steps, net=None, opt=None):
     torch.manual_seed(0)
@@ -61,19 +43,6 @@ def run(steps, net=None, opt=None):
         losses.append(loss.item())  # candidate
     return losses
 '''
-
-
-def load(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def timed(fn, arg) -> float:
-    t0 = time.perf_counter()
-    fn(arg)
-    return time.perf_counter() - t0
 
 
 def main() -> None:
