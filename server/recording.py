@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 from lsprotocol import types as T
 
 from perflsp.config import settings_for
+from perflsp.server import markdown
 from perflsp.server.analysis import RECORDS
 from perflsp.server.profiling import DEFAULT_TIMEOUT_S, Job, resolve_interpreter
 from perflsp.server.settings import resolve
@@ -209,17 +210,22 @@ def lens_title(record: "LineRecord", steps: int) -> Optional[str]:
 
 
 def hover_text(record: "LineRecord", evidence: "FileEvidence") -> str:
+    """Markdown; what comes from the evidence file (a cloned repository may have committed one) is
+    escaped, as the hovers of profile results are (`perflsp.server.markdown`)."""
     run = evidence.run
-    where = f"on {run.accelerator}" if run.accelerator else "on the CPU (reads of device-bound tensors would wait on a GPU)"
-    lines = [f"**Recorded** by `perflsp record` ({run.steps} steps of `{run.command}`, {run.measured_at}, {where})", ""]
+    where = (f"on {markdown.text(run.accelerator)}" if run.accelerator
+             else "on the CPU (reads of device-bound tensors would wait on a GPU)")
+    lines = [f"**Recorded** by `perflsp record` ({run.steps} steps of {markdown.code(run.command)}, "
+             f"{markdown.text(run.measured_at)}, {where})", ""]
     if record.candidate:
         lines.append(f"- ran {record.runs} times in {record.steps} of {run.steps} steps"
                      + (f", {record.setup_runs} times before them" if record.setup_runs else ""))
     for operand in record.operands:
         bound = "bound for the device" if operand.bound else "on the host"
-        lines.append(f"- on a {operand.dtype} tensor on {operand.device}, {bound} (up to {operand.numel} elements)")
+        lines.append(f"- on a {markdown.text(operand.dtype)} tensor on {markdown.text(operand.device)}, {bound} "
+                     f"(up to {operand.numel} elements)")
     if record.host_reads:
-        kinds = ", ".join(f"{kind} ×{count}" for kind, count in sorted(record.host_reads.items()))
+        kinds = ", ".join(f"{markdown.text(kind)} ×{count}" for kind, count in sorted(record.host_reads.items()))
         lines.append(f"- host reads of device-bound tensors: {kinds} (in {record.host_read_steps} steps)")
     if record.host_reads_of_host_tensors:
         lines.append(f"- reads of host tensors (no wait): {record.host_reads_of_host_tensors}")

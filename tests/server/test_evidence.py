@@ -4,6 +4,7 @@ record is read at the next analysis."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -44,3 +45,28 @@ async def test_open_files_are_judged_with_the_record(start):
     diagnostics = await session.diagnostics(uri, version=version)
     rows = {(d.range.start.line + 1, d.code) for d in diagnostics}
     assert (DEBUG_ITEM, "PFL101") in rows and (READ_ROW, "PFL108") not in rows
+
+
+async def test_a_committed_record_never_makes_links_or_markup_in_a_hover(start):
+    """A cloned repository may hold `.perflsp/evidence.json`: its text is shown, never as markup."""
+    from lsprotocol import types as T
+    from markdown_it import MarkdownIt
+
+    session = await start(NEOVIM, init_options={"settings": {"select": ["PFL1"], "preview": False}})
+    session.write("perflsp.toml", "")
+    hostile = [{"device": "[cuda](https://e.vil/a)", "bound": True, "dtype": "<img src=x>", "numel": 1}]
+    document = {"version": 1, "steps": 5, "warmup_steps": 2, "step_source": "optimizer.step",
+                "command": "python train.py`[Fix](https://e.vil/b)`", "measured_at": "**now** e.vil/c",
+                "recorder": "sys.settrace", "ended": "stopped", "accelerator": "# <b>GPU</b>", "step_ms": 3.0,
+                "lines": [_line(LOOP_ITEM, runs=5, steps=5, tensor_ops=5, operands=hostile,
+                                host_reads={"[item](https://e.vil/d)": 5}, host_read_steps=5)]}
+    session.write(".perflsp/evidence.json", json.dumps(document))
+    uri = session.open("train.py", SOURCE)
+    await session.diagnostics(uri, version=1, where=lambda ds: any(d.code == "PFL101" for d in ds))
+    hover = await session.client.text_document_hover_async(T.HoverParams(T.TextDocumentIdentifier(uri),
+                                                                         T.Position(LOOP_ITEM - 1, 8)))
+    rendered = MarkdownIt("gfm-like").render(hover.contents.value)
+    assert "**Recorded** by `perflsp record`" in hover.contents.value
+    assert "e.vil/a" in rendered and "e.vil/b" in rendered and "e.vil/d" in rendered  # shown ...
+    assert "e.vil" not in "".join(re.findall(r"<a [^>]*>", rendered))  # ... never as links
+    assert "<img" not in rendered and "<b>" not in rendered and "<h1>" not in rendered and "<strong>now" not in rendered
