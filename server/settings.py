@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tuple
 
 EDITOR_ORIGIN = "editor settings"
 RUN_MODES = ("onType", "onSave")
@@ -91,18 +91,14 @@ def parse(raw: Any) -> EditorSettings:
             elif value is not None:
                 problems.append(f"{EDITOR_ORIGIN}: `interpreter` must be a list of strings "
                                 f"(the python and its arguments), got {value!r}")
-        elif key == "profile" or key.startswith("profile."):
-            profile = value if key == "profile" else {key.split(".", 1)[1]: value}
-            if isinstance(profile, Mapping):
-                _parse_profile(profile, values, problems)
-            elif profile is not None:
-                problems.append(f"{EDITOR_ORIGIN}: `profile` must be a table (enabled, timeout, minTime), got {value!r}")
-        elif key == "record" or key.startswith("record."):
-            record = value if key == "record" else {key.split(".", 1)[1]: value}
-            if isinstance(record, Mapping):
-                _parse_record(record, values, problems)
-            elif record is not None:
-                problems.append(f"{EDITOR_ORIGIN}: `record` must be a table (command, steps), got {value!r}")
+        elif key.split(".", 1)[0] in _TABLES:  # `profile` / `record`, whole or one key (`profile.timeout`)
+            name, dot, inner = key.partition(".")
+            parse_table, fields = _TABLES[name]
+            table = {inner: value} if dot else value
+            if isinstance(table, Mapping):
+                parse_table(table, values, problems)
+            elif table is not None:
+                problems.append(f"{EDITOR_ORIGIN}: `{name}` must be a table ({fields}), got {value!r}")
         elif value is not None:  # VS Code sends null for settings the user left unset
             overrides[_kebab(key)] = value
     return EditorSettings(overrides=tuple(sorted(overrides.items(), key=lambda kv: kv[0])),
@@ -148,6 +144,13 @@ def _parse_record(record: Mapping[str, Any], values: Dict[str, Any], problems: L
                 problems.append(f"{EDITOR_ORIGIN}: `record.steps` must be a whole number >= 1, got {value!r}")
         else:
             problems.append(f"{EDITOR_ORIGIN}: unknown setting `record.{key}` (known: command, steps)")
+
+
+# Settings that are tables: their parser, and the keys named when the value is no table.
+_TABLES: Dict[str, Tuple[Callable[[Mapping[str, Any], Dict[str, Any], List[str]], None], str]] = {
+    "profile": (_parse_profile, "enabled, timeout, minTime"),
+    "record": (_parse_record, "command, steps"),
+}
 
 
 @dataclass(frozen=True)
