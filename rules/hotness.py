@@ -24,18 +24,20 @@ ENTRY_POINT = "entry-point"  # an entry point's own code: a `forward`, a marked 
 CALL_CHAIN = "call-chain"  # a function reached through calls from per-step code
 NESTED_LOOP = "loop-in-per-step-code"  # a loop or comprehension inside per-step code
 CONTEXTS = (TRAINING_LOOP, STEP_LOOP, ENTRY_POINT, CALL_CHAIN, NESTED_LOOP)
+_DIRECT = frozenset({TRAINING_LOOP, STEP_LOOP, ENTRY_POINT})
 
 
 class Hot(NamedTuple):
     message: str  # "inside `for batch in loader` at line 4", "in `Net.forward`, which ..."
     row: int  # the line that makes it hot: a loop header or a def
-    # In a step loop's body or an entry point's own code (a `forward`, a measured function), not
-    # in a function reached through calls or in a loop nested in per-step code: the strongest
-    # evidence, which the sync rules need when nothing shows the tensor is on the accelerator.
-    direct: bool = False
-    # In the body of a training loop (a step loop that calls `backward()`).
-    trains: bool = False
-    context: str = CALL_CHAIN  # one of CONTEXTS
+    context: str  # one of CONTEXTS
+
+    @property
+    def direct(self) -> bool:
+        """In a step loop's body or an entry point's own code (a `forward`, a measured function),
+        not in a function reached through calls or in a loop nested in per-step code: the strongest
+        evidence, which the sync rules need when nothing shows the tensor is on the accelerator."""
+        return self.context in _DIRECT
 
 
 COLD_CODE = "cold"
@@ -95,7 +97,7 @@ class HotMap:
                     return COLD_CODE
                 loop_kind = "training loop" if region[8] else "step loop"
                 return Hot(f"inside the {loop_kind} `{self._header(region[5])}` at {self.line_label(region[5])}",
-                           region[5], direct=True, trains=region[8], context=TRAINING_LOOP if region[8] else STEP_LOOP)
+                           region[5], TRAINING_LOOP if region[8] else STEP_LOOP)
             if kind in S.RARE_REGIONS:
                 return COLD_CODE
             loop = loop or region
@@ -109,7 +111,7 @@ class HotMap:
             in_function = f"in `{self._label(function['key'])}`, {state[1]}"
             context = NESTED_LOOP if loop is not None else ENTRY_POINT if state[3] else CALL_CHAIN
             return Hot(f"{where} {in_function}" if where else in_function, loop[5] if loop else state[2] or function["row"],
-                       direct=context == ENTRY_POINT, context=context)
+                       context)
         # A loop in code not known to run per step is not hot: on real code such findings were
         # right 3 times in 36 (setup helpers, offline tools, loops over a handful of items).
         return None
