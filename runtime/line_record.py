@@ -18,6 +18,7 @@ from types import CodeType, FrameType
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 Line = Tuple[str, int]  # (path relative to the workspace, 1-based line)
+_NOT_UNDER_WAY = object()
 
 
 class LineCounts:
@@ -45,14 +46,19 @@ class LineCounts:
 class LineRecorder:
     """Counts the `wanted` lines of the files `relative_path` names (None: not workspace code)."""
 
-    def __init__(self, wanted: Iterable[Line], relative_path: Callable[[str], Optional[str]]):
+    def __init__(self, wanted: Iterable[Line], relative_path: Callable[[str], Optional[str]],
+                 monitoring: Optional[bool] = None):
+        """`monitoring`: use `sys.monitoring` (True) or `sys.settrace` (False); by default the
+        first where the interpreter has it."""
         self.by_file: Dict[str, FrozenSet[int]] = {}
         for path, line in wanted:
             self.by_file[path] = self.by_file.get(path, frozenset()) | {line}
         self.relative_path = relative_path
         self.counts = LineCounts()
         self._lines_of: Dict[CodeType, Optional[Tuple[str, FrozenSet[int]]]] = {}
-        self._hook = _MonitoringLines(self) if hasattr(sys, "monitoring") else _TracedLines(self)
+        if monitoring is None:
+            monitoring = hasattr(sys, "monitoring")
+        self._hook = _MonitoringLines(self) if monitoring else _TracedLines(self)
 
     @property
     def method(self) -> str:
@@ -132,25 +138,40 @@ class _MonitoringLines:
     def __init__(self, recorder: LineRecorder):
         monitoring = sys.monitoring  # type: ignore[attr-defined]
         self.monitoring = monitoring
-        self.tool = next((t for t in (monitoring.DEBUGGER_ID, 3, 4) if monitoring.get_tool(t) is None), None)
+        self.tool: Optional[int] = None
         lines_of, counts, events = recorder.lines_of, recorder.counts, monitoring.events
-        disable = monitoring.DISABLE
+        disable, frame_of = monitoring.DISABLE, sys._getframe
 
-        callers: List[Optional[Line]] = []  # the active line of each frame of wanted code under way
+        # The active line of the caller of each frame of wanted code under way, by frame: a
+        # generator leaves at each yield and comes back at each resume, an exception unwinds a
+        # frame without a return, and a generator dropped half-way is closed whenever it is
+        # collected, so no stack of starts and returns stays balanced.
+        callers: Dict[int, Optional[Line]] = {}
 
         def on_start(code: CodeType, offset: int) -> Any:
             if lines_of(code) is None:
                 return disable
             if code not in self.watched:
                 self.watched.add(code)
-                monitoring.set_local_events(self.tool, code, events.LINE | events.PY_RETURN)
-            callers.append(counts.active)
+                monitoring.set_local_events(self.tool, code, events.LINE | events.PY_RETURN | events.PY_YIELD
+                                            | events.PY_RESUME)
+            callers[id(frame_of(1))] = counts.active
             return None
 
-        def on_return(code: CodeType, offset: int, value: Any) -> Any:
-            # A frame left by an exception returns no value: its caller's line is restored at the
-            # caller's next line event instead.
-            counts.active = callers.pop() if callers else None
+        def on_leave(code: CodeType, offset: int, value: Any, depth: int = 1) -> Any:
+            caller = callers.pop(id(frame_of(depth)), _NOT_UNDER_WAY)
+            if caller is not _NOT_UNDER_WAY:
+                counts.active = caller
+            return None
+
+        def on_unwind(code: CodeType, offset: int, exception: BaseException) -> Any:
+            return on_leave(code, offset, exception, 2) if code in self.watched else None
+
+        def on_throw(code: CodeType, offset: int, exception: BaseException) -> Any:
+            # PY_THROW and PY_UNWIND are global events (they cannot be set per code object): a
+            # generator resumed by `throw()` or `close()`, any frame an exception leaves.
+            if code in self.watched:
+                callers[id(frame_of(1))] = counts.active
             return None
 
         def on_line(code: CodeType, line: int) -> Any:
@@ -163,20 +184,26 @@ class _MonitoringLines:
             return None
 
         self.watched: Set[CodeType] = set()
-        self.callbacks = {events.PY_START: on_start, events.PY_RETURN: on_return, events.LINE: on_line}
+        self.callbacks = {events.PY_START: on_start, events.PY_RESUME: on_start, events.PY_RETURN: on_leave,
+                          events.PY_YIELD: on_leave, events.PY_THROW: on_throw, events.PY_UNWIND: on_unwind,
+                          events.LINE: on_line}
 
     def install(self) -> None:
-        if self.tool is None:
+        monitoring, events = self.monitoring, self.monitoring.events
+        self.tool = next((t for t in (monitoring.DEBUGGER_ID, 3, 4) if monitoring.get_tool(t) is None), None)
+        if self.tool is None:  # a debugger and two other tools hold every id we may take
             return
-        self.monitoring.use_tool_id(self.tool, "perflsp-record")
+        monitoring.use_tool_id(self.tool, "perflsp-record")
         for event, callback in self.callbacks.items():
-            self.monitoring.register_callback(self.tool, event, callback)
-        self.monitoring.set_events(self.tool, self.monitoring.events.PY_START)
+            monitoring.register_callback(self.tool, event, callback)
+        monitoring.set_events(self.tool, events.PY_START | events.PY_THROW | events.PY_UNWIND)
 
     def uninstall(self) -> None:
         if self.tool is None:
             return
         self.monitoring.set_events(self.tool, 0)
+        for code in self.watched:
+            self.monitoring.set_local_events(self.tool, code, 0)
         for event in self.callbacks:
             self.monitoring.register_callback(self.tool, event, None)
         self.monitoring.free_tool_id(self.tool)
