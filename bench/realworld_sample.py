@@ -51,8 +51,9 @@ def findings_of(root: Path, perflsp: str, preview: bool):
     return json.loads(out.stdout)
 
 
-def hot_context(hot: str) -> str:
-    """The kind of evidence a finding's hot reason rests on, as tiers are measured per (rule, context)."""
+def legacy_hot_context(hot: str) -> str:
+    """The context of a finding judged before `hot.context` was in the JSON (samples 1 to 10),
+    told from its hot message."""
     if not hot:
         return "not-hot"
     if hot.startswith("inside the training loop"):
@@ -92,9 +93,9 @@ def sample(args) -> int:
                 if args.rules and f["code"] not in args.rules:
                     continue
                 path = str(Path(f["filename"]).as_posix()).lstrip("./")
-                hot = (f.get("hot") or {}).get("message")
+                hot = f.get("hot") or {}
                 pool.append({"repo": repo, "commit": commit, "path": path, "line": f["location"]["row"], "code": f["code"],
-                             "message": f["message"], "hot": hot, "hot_context": hot_context(hot or ""),
+                             "message": f["message"], "hot": hot.get("message"), "hot_context": hot.get("context") or "not-hot",
                              "fix": (f.get("fix") or {}).get("message"), "context": context(root, path, f["location"]["row"])})
     rng = random.Random(args.seed)
     if args.per_rule or args.per_context:  # each stratum's precision needs its own judged findings: up to K of each
@@ -122,7 +123,7 @@ def score(path: str) -> int:
     by_rule = collections.defaultdict(collections.Counter)
     for j in judged:
         by_rule[j["code"]][j["verdict"]] += 1
-        by_rule[f"{j['code']}/{j.get('hot_context') or hot_context(j.get('hot') or '')}"][j["verdict"]] += 1
+        by_rule[f"{j['code']}/{j.get('hot_context') or legacy_hot_context(j.get('hot') or '')}"][j["verdict"]] += 1
     for key, c in sorted(by_rule.items()):
         tp, fp = c["true-positive"], c["false-positive"]
         print(f"  {key}: {dict(c)}" + (f" precision {tp / (tp + fp):.2f}" if tp + fp else ""))

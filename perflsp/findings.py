@@ -73,14 +73,16 @@ class HotContext:
     start: Location
     end: Location
     cell: Optional[int] = None  # the notebook cell holding the loop or def (notebooks only)
+    context: Optional[str] = None  # the kind of evidence: one of perflsp.rules.hotness.CONTEXTS
 
     def to_dict(self) -> Dict[str, Any]:
         return {"message": self.message, "location": self.start.to_dict(), "end_location": self.end.to_dict(),
-                "cell": self.cell}
+                "cell": self.cell, "context": self.context}
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "HotContext":
-        return cls(d["message"], Location.from_dict(d["location"]), Location.from_dict(d["end_location"]), d.get("cell"))
+        return cls(d["message"], Location.from_dict(d["location"]), Location.from_dict(d["end_location"]), d.get("cell"),
+                   d.get("context"))
 
 
 @dataclass(frozen=True)

@@ -425,7 +425,7 @@ def to_json(f: Finding) -> Dict[str, Any]:
     hot = None
     if f.hot is not None:
         hot = {"message": f.hot.message, "location": _loc(f.hot.start), "end_location": _loc(f.hot.end),
-               "cell": getattr(f.hot, "cell", None)}
+               "cell": f.hot.cell, "context": f.hot.context}
     return {
         "code": f.code,
         "name": f.name,

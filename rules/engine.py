@@ -215,7 +215,8 @@ def _finding(ctx: ModuleContext, rule: Rule, report: Report, reason: Optional[Ho
     if reason is not None:
         text = ctx.hot.lines[reason.row - 1]  # the loop's or the def's header line, not its body
         start = len(text) - len(text.lstrip())
-        hot = HotContext(reason.message, Location(reason.row, start), Location(reason.row, len(text.rstrip())))
+        hot = HotContext(reason.message, Location(reason.row, start), Location(reason.row, len(text.rstrip())),
+                         context=reason.context)
     message = report.message.replace("{where}", hot.message if hot else "outside hot code")
     (r0, c0), (r1, c1) = ctx.range_of(report.node)
     severity = settings.severity_of(rule.code) or ("warning" if hot or rule.scope == "any" else "info")

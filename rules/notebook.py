@@ -232,7 +232,7 @@ def _to_cell(program: Program, finding: Finding) -> Optional[Finding]:
         hot_cell, hot_row = program.locate(finding.hot.start.row)
         _, hot_end = program.locate(finding.hot.end.row)
         hot = HotContext(finding.hot.message, Location(hot_row, finding.hot.start.column),
-                         Location(hot_end, finding.hot.end.column), hot_cell)
+                         Location(hot_end, finding.hot.end.column), hot_cell, finding.hot.context)
     fix = finding.fix
     if fix is not None:
         edits = []

@@ -52,6 +52,7 @@ def test_json_uses_ruff_field_names(perflsp_cli, tmp_path):
     assert finding["end_location"] == {"row": 6, "column": 26}
     assert finding["url"] is None  # no published site unless `rule-docs-url` names one (test_rule_urls.py)
     assert "for x, y in loader" in finding["hot"]["message"]
+    assert finding["hot"]["context"] == "step-loop"  # the kind of evidence its tier is judged in (no backward here)
     assert "line 4" in finding["message"]
 
 

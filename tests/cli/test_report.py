@@ -290,7 +290,7 @@ def test_json_uses_ruffs_field_names_and_round_trips():
                    "end_location": {"row": 6, "column": 28}}],
     }
     assert item["hot"] == {"message": HOT.message, "location": {"row": 4, "column": 5},
-                           "end_location": {"row": 4, "column": 25}, "cell": None}
+                           "end_location": {"row": 4, "column": 25}, "cell": None, "context": None}
     assert item["url"] == ITEM.url and item["severity"] == "warning" and item["cell"] is None
     cell = by_code["PFL102"]
     assert cell["filename"] == "nb.ipynb" and cell["cell"] == 2 and cell["location"] == {"row": 2, "column": 9}
