@@ -10,8 +10,9 @@ sent to the device the program computes on although that device is the CPU here:
 `.to(device)` or `.cuda()`, of a factory called with `device=`, and the parameters and buffers of
 a module moved with `.to(device)`. A move whose line spells the CPU (`.to("cpu")`,
 `torch.device("cpu")`) is a move to the host, not to the compute device. The mark travels: every
-tensor a torch call returns is bound when one of its tensor arguments is, and a bound parameter's
-gradient is bound.
+tensor a torch call returns is bound when one of its tensor arguments is; so a bound parameter's
+gradient is, as reading `p.grad` is a torch call on the parameter (no hook per parameter runs in
+the backward pass).
 
 Reads. Per line of workspace code (the innermost frame of the user's own files that made the
 call): host reads by kind (`HOST_READ_KINDS`) of bound tensors and of host tensors, host-to-device
@@ -20,6 +21,7 @@ numel). On an accelerator a read's wall time is the stall it caused.
 """
 from __future__ import annotations
 
+import functools
 import linecache
 import re
 import sys
@@ -95,9 +97,6 @@ class Bound:
         self.refs[id(tensor)] = weakref.ref(tensor)
         if len(self.refs) > self.sweep_at:
             self.sweep()
-        if tensor.is_leaf and tensor.requires_grad:
-            # A bound parameter's gradient is computed where the parameter lives.
-            tensor.register_post_accumulate_grad_hook(lambda p: self.add(p.grad) if p.grad is not None else None)
 
 
 class HostReadMode(TorchFunctionMode):
@@ -181,7 +180,7 @@ class HostReadMode(TorchFunctionMode):
             if not hit and kwargs:
                 hit = _any_bound(kwargs.values(), bound)
             if hit:
-                if isinstance(out, torch.Tensor) and out.is_cpu and not (out.is_leaf and out.requires_grad):
+                if isinstance(out, torch.Tensor) and out.is_cpu:
                     ref = refs.get(id(out))
                     if ref is None or ref() is not out:
                         refs[id(out)] = weakref.ref(out)
@@ -315,26 +314,34 @@ class HostReadMode(TorchFunctionMode):
 
 
 class QuietOptimizer:
-    """No torch-function handling inside `Optimizer.step()`: most of the torch calls of a small
-    step are the optimizer's own (a `p.grad` read per parameter, the update), yet none of them is
-    the user's line and none reads on the host. The parameters it updates in place stay marked;
-    syncs inside it still reach `cuda_syncs`. The post-hook must run before any hook that may
-    stop the program: `install` registers both before the step counter's."""
+    """No torch-function handling inside `Optimizer.step()` and the `zero_grad()` of optimizers
+    and modules: most of the torch calls of a small step are theirs (a `p.grad` read and write per
+    parameter, the update), yet none of them is the user's line and none reads on the host. The
+    parameters it updates in place stay marked; syncs inside it still reach `cuda_syncs`. The
+    post-hook must run before any hook that may stop the program: `install` registers both
+    before the step counter's."""
 
     def __init__(self) -> None:
         self._off: Any = None
         self._handles: List[Any] = []
+        self._replaced: List[Tuple[type, Any]] = []
 
     def install(self) -> "QuietOptimizer":
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self._handles = [register_optimizer_step_pre_hook(self._before),
                          register_optimizer_step_post_hook(self._after)]
+        for owner in (torch.optim.Optimizer, torch.nn.Module):
+            self._replaced.append((owner, owner.__dict__["zero_grad"]))
+            owner.zero_grad = _quiet(owner.__dict__["zero_grad"])  # type: ignore[method-assign]
         return self
 
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
+        for owner, original in self._replaced:
+            owner.zero_grad = original  # type: ignore[method-assign]
+        self._replaced = []
         self._after()
 
     def _before(self, *hook_args: Any) -> None:
@@ -346,6 +353,14 @@ class QuietOptimizer:
         if self._off is not None:
             self._off.__exit__(None, None, None)
             self._off = None
+
+
+def _quiet(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def quiet(*args: Any, **kwargs: Any) -> Any:
+        with torch._C.DisableTorchFunction():
+            return method(*args, **kwargs)
+    return quiet
 
 
 def _kind_of(func: Any) -> str:

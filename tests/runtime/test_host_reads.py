@@ -11,9 +11,11 @@ import warnings
 
 import pytest
 import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from perflsp.runtime.cuda_syncs import SyncWatch
-from perflsp.runtime.host_reads import HostReadMode
+from perflsp.runtime.host_reads import HostReadMode, QuietOptimizer
 from perflsp.runtime.hot_record import WorkspaceFiles
 from perflsp.runtime.line_record import LineRecorder
 
@@ -193,3 +195,37 @@ def test_a_move_made_inside_a_library_counts_only_where_the_programs_line_asks_f
         kept = module.keep(helper, torch.randn(2))
         sent = module.send(helper, torch.randn(2))
     assert kept not in mode.bound and sent in mode.bound
+
+
+def test_the_optimizers_own_calls_are_not_seen_and_zero_grad_is_restored_after():
+    class Seen(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.names.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    originals = (torch.optim.Optimizer.zero_grad, nn.Module.zero_grad)
+    net = nn.Linear(4, 4)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    quiet = QuietOptimizer().install()
+    try:
+        with Seen() as seen:
+            net(torch.ones(2, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            net(torch.ones(2, 4)).sum().backward()
+            net.zero_grad()
+    finally:
+        quiet.remove()
+    assert seen.names.count("linear") == 2 and seen.names.count("backward") == 2
+    assert "__get__" not in seen.names and "__set__" not in seen.names  # no `p.grad` of theirs
+    assert net.weight.grad is None
+    assert (torch.optim.Optimizer.zero_grad, nn.Module.zero_grad) == originals
+    with Seen() as seen:
+        net.zero_grad()
+        net(torch.ones(2, 4)).sum().backward()
+        opt.zero_grad()
+    assert "__set__" in seen.names  # removed: the program's own calls are seen again
