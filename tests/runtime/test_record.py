@@ -199,6 +199,7 @@ def test_inference_counts_calls_of_the_step_function_as_steps(tmp_path):
     assert row in {f["location"]["row"] for f in findings}
 
 
+@pytest.mark.gpu  # bench/gpu_check.sh runs the tests marked so
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
 def test_on_cuda_reads_are_device_reads_with_their_stall(tmp_path):
     workspace = tmp_path / "cuda"
