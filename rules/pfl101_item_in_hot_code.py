@@ -24,12 +24,15 @@ class ItemInHotCode(Rule):
         "pass that synchronizes anyway. Reads back to back (in one statement, in statements that "
         "follow each other, or in an `if` test and first in its body) wait once: they are one "
         "finding, at the first, naming the others, and none when a copy to the host (`.cpu()`, "
-        "`.tolist()`) comes first."
+        "`.tolist()`) comes first. An AMP `GradScaler`'s `get_scale()` is such a read: it "
+        "returns the scale tensor's `.item()`."
     )
     how_to_fix = (
         "Keep the value on the device (accumulate `running_loss += loss.detach()`) and call "
         "`.item()` once per epoch or every N steps; log with a non-blocking copy, or let your "
-        "logger aggregate on the device."
+        "logger aggregate on the device. To tell whether `scaler.step()` skipped the optimizer's "
+        "step, do not compare `get_scale()` before and after: note whether the optimizer's "
+        "`step()` ran (a step pre-hook), and read the scale only when you log it."
     )
     scope = "hot"
     stable_contexts = frozenset({TRAINING_LOOP})
@@ -50,6 +53,10 @@ class ItemInHotCode(Rule):
         "import torch\n\ndef train(model, loader, opt):\n    running_loss = 0.0\n    for x, y in loader:\n"
         "        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n"
         "        running_loss += loss.detach()\n    print(running_loss.item())\n",
+        # An augmentation's own `get_scale()` is no `GradScaler`.
+        "import torch\n\ndef train(model, loader, opt, augment):\n    for x, y in loader:\n"
+        "        loss = model(augment(x)).sum()\n        loss.backward()\n        opt.step()\n"
+        "        print(augment.get_scale())\n",
         "import torch\n\ndef train(model, loader, opt):\n    total = torch.zeros(())\n    for x, y in loader:\n        loss = model(x).sum()\n        total += loss.detach()\n    return total.item()\n",
         "import numpy as np\n\nfor row in range(10):\n    v = np.float64(row).item()\n",
         "import numpy as np\n\nscores = np.zeros(4)\nfor i in range(4):\n    best = scores.max().item()\n",
@@ -124,6 +131,13 @@ class ItemInHotCode(Rule):
             "import torch\n\nclass Net(torch.nn.Module):\n    def forward(self, x):\n        scale = x.abs().max().item()\n        return x / scale\n",
             flagged="x.abs().max().item()",
         ),
+        # AMP: the scale is a tensor on the device, and `get_scale()` reads it with `.item()`.
+        Invalid(
+            "import torch\n\ndef train(model, loader, opt, scaler):\n    for x, y in loader:\n"
+            "        loss = model(x).sum()\n        scaler.scale(loss).backward()\n        scaler.step(opt)\n"
+            "        scaler.update()\n        print(scaler.get_scale())\n",
+            flagged="scaler.get_scale()",
+        ),
     ]
 
     def check(self, ctx: ModuleContext) -> Iterator[Report]:
@@ -139,6 +153,11 @@ class ItemInHotCode(Rule):
         syncs: List[cst.Call] = []
         for call, frame in calls:
             method = ctx.method_name(call)
+            if method == "get_scale":
+                if not call.args and _names_a_scaler(call.func.value) and not ctx.waits_anyway(call):
+                    reads[call] = frame
+                    syncs.append(call)
+                continue
             if method not in _SYNCS or (method == "item" and call.args):
                 continue
             receiver = call.func.value
@@ -157,9 +176,10 @@ class ItemInHotCode(Rule):
             if run[0] not in reads:
                 continue
             first, *rest = [call for call in run if call in reads]
+            read = "reads the loss scale with `.item()`: it waits" if ctx.method_name(first) == "get_scale" else "waits"
             yield self.report(
                 first, reads[first],
-                f"`{ctx.code(first)}` waits for the GPU to finish all queued work and copies the value "
+                f"`{ctx.code(first)}` {read} for the GPU to finish all queued work and copies the value "
                 f"to the host, {{where}}; keep it on the device and read it once every N steps{ctx.waiting_after(rest)}",
                 on_accelerator=any(placement(ctx, call.func.value, reads[call]) == ACCELERATOR
                                    for call in (first, *rest)),
@@ -173,7 +193,14 @@ def _module_level(frame: Frame) -> bool:
 
 
 def _module_level_reports(ctx: ModuleContext, rule: ItemInHotCode) -> Tuple[Report, ...]:
-    return tuple(rule._reports(ctx, [(c, f) for c, f in ctx.calls_named(*_SYNCS) if _module_level(f)]))
+    return tuple(rule._reports(ctx, [(c, f) for c, f in ctx.calls_named(*_SYNCS, "get_scale") if _module_level(f)]))
 
 
 _SYNCS = frozenset({"item", "cpu", "tolist"})
+
+
+def _names_a_scaler(receiver: cst.BaseExpression) -> bool:
+    """`scaler`, `self.grad_scaler`: what AMP code calls its `GradScaler`; other classes'
+    `get_scale()` (image transforms, plots) are no read of the device."""
+    name = receiver.attr.value if isinstance(receiver, cst.Attribute) else getattr(receiver, "value", "")
+    return isinstance(name, str) and name.lower().endswith("scaler")
