@@ -410,6 +410,30 @@ def test_an_early_return_unless_every_n_steps_makes_the_rest_periodic(tmp_path):
     assert _rows(found) == [("cb.py", 15)]
 
 
+def test_hf_trainer_callbacks_and_fastai_callbacks_run_per_step_hooks_per_step(tmp_path):
+    found = _project(tmp_path, {"callbacks.py": """
+        from fastai.callback.core import Callback
+        from transformers import TrainerCallback
+
+        class GradNorm(TrainerCallback):
+            def on_step_end(self, args, state, control, model=None, **kwargs):
+                print(model.weight.grad.norm().item())
+
+            def on_log(self, args, state, control, model=None, **kwargs):
+                print(model.weight.norm().item())
+
+        class Watch(Callback):
+            def after_loss(self):
+                print(self.learn.loss.item())
+
+            def after_epoch(self):
+                print(self.learn.loss.item())
+        """})
+    assert [(row, hot) for _, row, code, hot in found if code == "PFL101"] == [
+        (7, "in `GradNorm.on_step_end`, which the HF `Trainer` calls on every step"),
+        (14, "in `Watch.after_loss`, which fastai's `Learner` calls on every batch")]
+
+
 def test_loops_in_code_not_known_to_run_per_step_are_not_hot(tmp_path):
     found = _project(tmp_path, {"util.py": """
         def summarize(values):
