@@ -55,6 +55,8 @@ ENTRY_POINTS: Tuple[EntryPoint, ...] = (
     EntryPoint(("torchmetrics",), ("Metric",), ("update", "forward", "_forward_full_state_update",
                                                "_forward_reduce_state_update"),
                "torchmetrics calls on every batch a metric sees"),
+    EntryPoint(("ignite",), ("Metric",), ("update", "iteration_completed"),
+               "ignite calls on every iteration of an engine the metric is attached to"),
     EntryPoint(("diffusers",), ("SchedulerMixin",), ("step", "scale_model_input"),
                "a diffusers pipeline calls on every denoising step"),
     EntryPoint(("deepspeed",), ("DeepSpeedEngine",), ("forward", "backward", "step"),
@@ -74,6 +76,8 @@ RARE_METHODS: Tuple[EntryPoint, ...] = (
                "a Lightning hook that runs once per epoch or per run"),
     EntryPoint(("torchmetrics",), ("Metric",), ("compute", "reset", "plot", "_sync_dist", "sync", "unsync"),
                "torchmetrics runs it once per epoch (compute, sync, reset)"),
+    EntryPoint(("ignite",), ("Metric",), ("compute", "reset", "started", "completed"),
+               "ignite runs it once per epoch (compute, reset)"),
     EntryPoint(("transformers",), ("Trainer", "Seq2SeqTrainer"),
                ("log", "save_model", "create_optimizer", "create_scheduler", "_save_checkpoint",
                 "_load_from_checkpoint", "get_train_dataloader", "get_eval_dataloader"),
@@ -90,6 +94,10 @@ RARE_METHODS: Tuple[EntryPoint, ...] = (
 
 # Decorators that mark a function hot (qualified names through imports).
 HOT_MARKERS = {"perflsp.hot": "@perflsp.hot", "perflsp.profile": "@perflsp.profile"}
+# ignite events that fire on every iteration: a handler registered with `@engine.on(Events.X)`
+# runs per step.
+IGNITE_PER_ITERATION = frozenset({"ITERATION_STARTED", "ITERATION_COMPLETED", "GET_BATCH_STARTED",
+                                  "GET_BATCH_COMPLETED"})
 HOT_COMMENT = "perflsp: hot"
 
 # Functions that run once per model, run or data set: cold even with loops inside, unless

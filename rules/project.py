@@ -222,7 +222,7 @@ class Project:
         if measured is not None:
             return measured[1] if measured[0] else None
         if function["marker"]:
-            return f"which is marked `{function['marker']}`"
+            return f"which {function['marker']}"
         name, cls = function["name"], function["cls"]
         ancestry = self.mro(cls) if cls else []
         for entry in hot_functions:

@@ -17,11 +17,12 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from perflsp.rules import limits
 from perflsp.rules.hot_table import (
-    ACCUMULATION, COLD_FUNCTIONS, COLD_PREFIXES, HOT_COMMENT, HOT_MARKERS, LAZY_READY, LOADER_ITERABLE,
+    ACCUMULATION, COLD_FUNCTIONS, COLD_PREFIXES, HOT_COMMENT, HOT_MARKERS, IGNITE_PER_ITERATION, LAZY_READY,
+    LOADER_ITERABLE,
     ONE_OFF_FUNCTIONS, PERIODIC_PREDICATE, SETTING_GRIDS, STEP_ITERABLE, STEP_RANGE_BOUND, TEST_FILE,
 )
 
-VERSION = 10  # bump when the shape or meaning of a summary changes (the cache keys on it)
+VERSION = 11  # bump when the shape or meaning of a summary changes (the cache keys on it)
 MODULE_LEVEL = "<module>"
 
 # Region kinds, innermost region decides: a step loop makes its body and callees per step,
@@ -518,15 +519,29 @@ class _Summarizer:
         return ".".join([base, *parts])
 
     def marker(self, node, first: int) -> Optional[str]:
+        """Why a decorator or comment makes the function per step, completing "which ..."."""
         for decorator in node.decorator_list:
             target = decorator.func if isinstance(decorator, ast.Call) else decorator
             name = self.ref(target, _Scope("", None))
             if name in HOT_MARKERS:
-                return HOT_MARKERS[name]
+                return f"is marked `{HOT_MARKERS[name]}`"
+            event = self._ignite_event(decorator)
+            if event is not None:
+                return f"ignite runs on every iteration (`@{ast.unparse(target)}(Events.{event})`)"
         rows = range(max(first - 1, 1), node.body[0].lineno if node.body else node.lineno + 1)
         if any(HOT_COMMENT in self.lines[r - 1] for r in rows if r - 1 < len(self.lines)):
-            return f"# {HOT_COMMENT}"
+            return f"is marked `# {HOT_COMMENT}`"
         return None
+
+    def _ignite_event(self, decorator: ast.expr) -> Optional[str]:
+        """`@trainer.on(Events.ITERATION_COMPLETED)`: a handler an ignite engine runs on every
+        iteration. With a filter (`Events.ITERATION_COMPLETED(every=100)`) it runs periodically."""
+        if not (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
+                and decorator.func.attr == "on" and decorator.args):
+            return None
+        event = self.ref(decorator.args[0], _Scope("", None)) or ""
+        package, _, name = event.rpartition(".Events.")
+        return name if package.split(".")[0] == "ignite" and name in IGNITE_PER_ITERATION else None
 
     def column(self, row: int, byte_offset: int) -> int:
         """ast counts columns in UTF-8 bytes, libcst (and the findings) in code points."""

@@ -434,6 +434,36 @@ def test_hf_trainer_callbacks_and_fastai_callbacks_run_per_step_hooks_per_step(t
         (14, "in `Watch.after_loss`, which fastai's `Learner` calls on every batch")]
 
 
+def test_ignite_iteration_handlers_and_metric_updates_run_per_step(tmp_path):
+    found = _project(tmp_path, {"train.py": """
+        from ignite.engine import Engine, Events
+        from ignite.metrics import Metric
+
+        def run(trainer):
+            @trainer.on(Events.ITERATION_COMPLETED)
+            def log_loss(engine):
+                print(engine.state.output.item())
+
+            @trainer.on(Events.ITERATION_COMPLETED(every=100))
+            def log_every(engine):
+                print(engine.state.output.item())
+
+            @trainer.on(Events.EPOCH_COMPLETED)
+            def log_epoch(engine):
+                print(engine.state.output.item())
+
+        class Hits(Metric):
+            def update(self, output):
+                self.hits += (output[0].argmax(1) == output[1]).sum().item()
+
+            def compute(self):
+                return self.hits.item()
+        """})
+    assert [(row, hot) for _, row, code, hot in found if code == "PFL101"] == [
+        (8, "in `run.log_loss`, which ignite runs on every iteration (`@trainer.on(Events.ITERATION_COMPLETED)`)"),
+        (20, "in `Hits.update`, which ignite calls on every iteration of an engine the metric is attached to")]
+
+
 def test_loops_in_code_not_known_to_run_per_step_are_not_hot(tmp_path):
     found = _project(tmp_path, {"util.py": """
         def summarize(values):
