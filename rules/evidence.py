@@ -12,22 +12,25 @@ A finding on a recorded line is
 A host read of a device-bound tensor on every step that no finding of any tier is on becomes a
 PFL108 finding of its own.
 
-Evidence applies to a line only while its text is the one that ran (a hash per line, leading and
-trailing blanks aside); a line that moved is found again by its text when that text is unique
-among the recorded lines of its file. Setup rules (`SETUP_RULES`, a DataLoader built once) are
-about code that runs once: evidence leaves them alone; for the rules of `ANY_RULES` (a float64
-tensor built once) a line that ran only in setup is not refuted. Fewer than `MIN_STEPS` recorded steps
-confirm and refute nothing. Reading never raises: a missing file is None, a malformed one or one
-of another version is None with a warning in the log.
+Evidence applies to a line only while the statement that holds it is the one that ran: the
+record names the statement by a fingerprint of its tokens and the line by its row in it
+(`perflsp.evidence_file.statements`: a simple statement with all its physical lines, or a
+compound statement's header). A statement that moved is found again by its fingerprint when no
+other statement of the file, recorded or now, has it; a file that does not tokenize has no
+evidence that applies. Setup rules (`SETUP_RULES`, a DataLoader built once) are about code that
+runs once: evidence leaves them alone; for the rules of `ANY_RULES` (a float64 tensor built once)
+a line that ran only in setup is not refuted. Fewer than `MIN_STEPS` recorded steps confirm and
+refute nothing. Reading never raises: a missing file is None, a malformed one or one of another
+version is None with a warning in the log (for another version: to record again).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from perflsp.config import Settings
-from perflsp.evidence_file import EVIDENCE_VERSION, STEP_SOURCES, evidence_path, line_hash
+from perflsp.evidence_file import EVIDENCE_VERSION, STEP_SOURCES, Statement, evidence_path, statements
 from perflsp.findings import Finding, Location, rule_url
 from perflsp.hot_file import MIN_STEPS
 from perflsp.rules import suppress
@@ -63,7 +66,8 @@ class LineRecord:
 
     file: str
     line: int
-    hash: str
+    statement: str  # the fingerprint of the statement that holds the line
+    offset: int  # the line's row in that statement, 0 for its first
     candidate: bool  # a static candidate: its executions were counted
     setup_runs: int  # executions before the recorded steps
     runs: int
@@ -112,20 +116,34 @@ class FileEvidence:
     def __init__(self, run: Evidence, records: Mapping[int, LineRecord]):
         self.run = run
         self.records = records
-        by_hash: Dict[str, List[LineRecord]] = {}
+        # fingerprint -> the first rows of the recorded statements that have it
+        self._recorded: Dict[str, Set[int]] = {}
         for record in records.values():
-            by_hash.setdefault(record.hash, []).append(record)
-        self._unique = {digest: found[0] for digest, found in by_hash.items() if len(found) == 1}
+            self._recorded.setdefault(record.statement, set()).add(record.line - record.offset)
 
-    def at(self, row: int, lines: List[str]) -> Optional[LineRecord]:
-        """The record of the line now at `row` (1-based), if its text is the one that ran."""
-        if not 1 <= row <= len(lines):
-            return None
-        digest = line_hash(lines[row - 1])
-        record = self.records.get(row)
-        if record is not None and record.hash == digest:
-            return record
-        return self._unique.get(digest)
+    def by_row(self, text: str) -> Dict[int, LineRecord]:
+        """The records that apply to `text` (the file now), by 1-based row: those whose statement is
+        unchanged where it was, or moved and unambiguous (its fingerprint is on one statement of
+        the record and one of `text`)."""
+        now = statements(text)
+        if now is None:
+            return {}
+        by_first = {statement.first: statement for statement in now}
+        where: Dict[str, List[Statement]] = {}
+        for statement in now:
+            where.setdefault(statement.fingerprint, []).append(statement)
+        found = {}
+        for record in self.records.values():
+            statement = by_first.get(record.line - record.offset)
+            if statement is None or statement.fingerprint != record.statement:
+                moved = where.get(record.statement, [])
+                if len(moved) != 1 or len(self._recorded[record.statement]) != 1:
+                    continue
+                statement = moved[0]
+            row = statement.first + record.offset
+            if row <= statement.last:  # the same fingerprint has the same rows: only a hand-made offset is past them
+                found[row] = record
+        return found
 
     def verdict(self, code: str, record: LineRecord) -> Optional[Verdict]:
         """Confirmed, refuted, or None (the static tier decides)."""
@@ -245,19 +263,21 @@ def load_evidence(workspace_root: Path) -> Optional[Evidence]:
 
 
 def parse(data: Any) -> Evidence:
-    steps = record_steps(data, EVIDENCE_VERSION, STEP_SOURCES)
+    steps = record_steps(data, EVIDENCE_VERSION, STEP_SOURCES, "run `perflsp record` again")
     if not isinstance(data.get("lines"), list):
         raise ValueError("`lines` is not a list")
     by_file: Dict[str, Dict[int, LineRecord]] = {}
     for index, entry in enumerate(data["lines"]):
-        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str) or not isinstance(entry.get("hash"), str):
-            raise ValueError(f"lines[{index}] needs a `file` and a `hash`")
+        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str) \
+                or not isinstance(entry.get("statement"), str):
+            raise ValueError(f"lines[{index}] needs a `file` and a `statement`")
         reads = entry.get("host_reads")
         if not isinstance(reads, dict) or not all(isinstance(v, int) and v >= 0 for v in reads.values()):
             raise ValueError(f"lines[{index}].host_reads must map kinds to counts")
         record = LineRecord(
-            file=entry["file"], line=count(entry, "line"), hash=entry["hash"], candidate=bool(entry.get("candidate")),
-            host_reads=dict(reads), stall_us=float(entry.get("stall_us") or 0.0),
+            file=entry["file"], line=count(entry, "line"), statement=entry["statement"], offset=count(entry, "offset"),
+            candidate=bool(entry.get("candidate")), host_reads=dict(reads),
+            stall_us=float(entry.get("stall_us") or 0.0),
             operands=tuple(Operand(str(o["device"]), bool(o["bound"]), str(o["dtype"]), int(o["numel"]))
                            for o in entry.get("operands") or ()),
             **{name: count(entry, name) for name in _COUNTS})
@@ -291,7 +311,7 @@ def judge(path: str, default: Iterable[Finding], everything: Iterable[Finding], 
     `default`: the findings of the file's own tier; `everything`: those of every tier (preview
     included). `measured_enabled`: PFL108 is selected for this file; `docs_url`: the
     `rule-docs-url` its findings link to."""
-    lines = source.splitlines()
+    records = evidence.by_row(source)
     shown = {_key(f) for f in default}
     reported: Dict[Tuple[Any, ...], Finding] = {}
     refuted: Dict[Tuple[Any, ...], Finding] = {}
@@ -299,7 +319,7 @@ def judge(path: str, default: Iterable[Finding], everything: Iterable[Finding], 
         key = _key(finding)
         if key in reported or key in refuted:
             continue
-        record = evidence.at(finding.start.row, lines)
+        record = records.get(finding.start.row)
         verdict = evidence.verdict(finding.code, record) if record else None
         if verdict is None:
             if key in shown:
@@ -312,21 +332,20 @@ def judge(path: str, default: Iterable[Finding], everything: Iterable[Finding], 
     found = list(reported.values())
     if measured_enabled:
         flagged = {f.start.row for f in list(default) + list(everything)}
-        found.extend(measured_syncs(path, evidence, lines, flagged, docs_url))
+        found.extend(measured_syncs(path, evidence.run.steps, records, source.splitlines(), flagged, docs_url))
     return sorted(found, key=Finding.sort_key), sorted(refuted.values(), key=Finding.sort_key)
 
 
-def measured_syncs(path: str, evidence: FileEvidence, lines: List[str], flagged_rows: Iterable[int],
-                   docs_url: Optional[str] = None) -> List[Finding]:
-    """PFL108: a host read of a device-bound tensor (or a sync) on every step that no finding is on."""
+def measured_syncs(path: str, steps: int, records: Mapping[int, LineRecord], lines: List[str],
+                   flagged_rows: Iterable[int], docs_url: Optional[str] = None) -> List[Finding]:
+    """PFL108: a host read of a device-bound tensor (or a sync) on every step that no finding is on.
+    `records`: those that apply to the file's `lines`, by row (`FileEvidence.by_row`)."""
     flagged = set(flagged_rows)
     found = []
-    steps = evidence.run.steps
     if steps < MIN_STEPS:
         return found
-    for row in range(1, len(lines) + 1):
-        record = evidence.at(row, lines)
-        if record is None or row in flagged:
+    for row, record in sorted(records.items()):
+        if row in flagged:
             continue
         if not ((record.reads and record.host_read_steps == steps) or record.syncs >= steps):
             continue
@@ -335,12 +354,12 @@ def measured_syncs(path: str, evidence: FileEvidence, lines: List[str], flagged_
             continue
         text = lines[row - 1]
         start = len(text) - len(text.lstrip())
-        statement = text.strip()
-        if len(statement) > 60:
-            statement = statement[:59] + "…"
+        excerpt = text.strip()
+        if len(excerpt) > 60:
+            excerpt = excerpt[:59] + "…"
         found.append(Finding(
             code=MEASURED_SYNC, name="measured-host-read", filename=path,
-            message=f"`{statement}` reads a device-bound tensor on the host on every step, which waits for the "
+            message=f"`{excerpt}` reads a device-bound tensor on the host on every step, which waits for the "
                     f"device to finish the work queued before it ({why}); keep the values on the device and read "
                     f"them every N steps",
             start=Location(row, start), end=Location(row, len(text.rstrip())), severity="warning",

@@ -104,12 +104,13 @@ def read_record(path: Path, limit: int, parse: Callable[[Any], Parsed]) -> Optio
         return None
 
 
-def record_steps(data: Any, version: int, step_sources: Tuple[str, ...]) -> int:
-    """The step count of a record's JSON, once its shape, version and step source are checked."""
+def record_steps(data: Any, version: int, step_sources: Tuple[str, ...], again: str) -> int:
+    """The step count of a record's JSON, once its shape, version and step source are checked.
+    `again`: how to write the record anew, which the warning about another version says."""
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     if data.get("version") != version:
-        raise ValueError(f"version {data.get('version')!r}; this perflsp reads version {version}")
+        raise ValueError(f"version {data.get('version')!r}; this perflsp reads version {version}: {again}")
     steps = count(data, "steps")
     if data.get("step_source") not in step_sources:
         raise ValueError(f"step_source {data.get('step_source')!r}")
@@ -117,7 +118,7 @@ def record_steps(data: Any, version: int, step_sources: Tuple[str, ...]) -> int:
 
 
 def _parse(data: Any) -> Measured:
-    steps = record_steps(data, HOT_VERSION, STEP_SOURCES)
+    steps = record_steps(data, HOT_VERSION, STEP_SOURCES, "profile the program again (`perflsp profile --run`)")
     entries = data.get("functions")
     if not isinstance(entries, list):
         raise ValueError("`functions` is not a list")

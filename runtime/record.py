@@ -20,7 +20,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from perflsp.evidence_file import EVIDENCE_VERSION, line_hash
+from perflsp.evidence_file import EVIDENCE_VERSION, Statement, statements
 from perflsp.profile_result import EXIT_OK, write_json_atomic
 from perflsp.runtime import program
 from perflsp.runtime.hot_record import WorkspaceFiles
@@ -92,7 +92,8 @@ class RecordSession:
         # Every candidate line, and the lines that read a bound tensor or copied to the device.
         keys = set(self.mode.candidates)
         keys |= {line for line, counter in tally.totals if counter.startswith("read:") or counter in ("h2d", "sync")}
-        entries = [self._entry(line) for line in sorted(keys)]
+        in_statement = {path: _statement_rows(os.path.join(self.files.root, path)) for path in {p for p, _ in keys}}
+        entries = [self._entry(line, in_statement[line[0]].get(line[1])) for line in sorted(keys)]
         return {
             "version": EVIDENCE_VERSION,
             "steps": self.recorded,
@@ -107,11 +108,10 @@ class RecordSession:
             "lines": [entry for entry in entries if entry is not None],
         }
 
-    def _entry(self, line: Line) -> Optional[Dict[str, Any]]:
+    def _entry(self, line: Line, statement: Optional[Statement]) -> Optional[Dict[str, Any]]:
+        if statement is None:
+            return None  # evidence applies through a statement: without one it never would
         path, number = line
-        text = linecache.getline(os.path.join(self.files.root, path), number)
-        if not text:
-            return None
         counts, tally = self.lines.counts, self.mode.tally
         reads = {counter[5:]: int(amount) for (at, counter), amount in tally.totals.items()
                  if at == line and counter.startswith("read:")}
@@ -121,7 +121,8 @@ class RecordSession:
         return {
             "file": path,
             "line": number,
-            "hash": line_hash(text),
+            "statement": statement.fingerprint,
+            "offset": number - statement.first,
             "candidate": line in self.mode.candidates,
             "setup_runs": counts.setup.get(line, 0),
             "runs": counts.runs.get(line, 0),
@@ -137,6 +138,14 @@ class RecordSession:
             "syncs": int(tally.totals.get((line, "sync"), 0)),
             "stall_us": round(tally.totals.get((line, "stall_us"), 0.0), 1),
         }
+
+
+def _statement_rows(filename: str) -> Dict[int, Statement]:
+    """Row -> the statement that holds it, in the file's text as the run ends (linecache's copy when
+    something in the run read it, else the file, which ran moments ago); empty when the file
+    cannot be read or does not tokenize."""
+    found = statements("".join(linecache.getlines(filename))) or []
+    return {row: statement for statement in found for row in range(statement.first, statement.last + 1)}
 
 
 def _accelerator() -> Optional[str]:

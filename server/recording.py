@@ -159,13 +159,13 @@ class Recorder:
         return RECORDS.for_file(Path(path), resolve(Path(path), self.server.editor_for_uri(uri)).settings)
 
     def code_lenses(self, uri: str) -> List[T.CodeLens]:
-        evidence, lines = self._evidence(uri), self._lines(uri)
-        if evidence is None or lines is None:
+        evidence, source = self._evidence(uri), self._source(uri)
+        if evidence is None or source is None:
             return []
+        lines = source.splitlines()
         lenses = []
-        for row in range(1, len(lines) + 1):
-            record = evidence.at(row, lines)
-            title = lens_title(record, evidence.run.steps) if record is not None else None
+        for row, record in sorted(evidence.by_row(source).items()):
+            title = lens_title(record, evidence.run.steps)
             if title:
                 start = len(lines[row - 1]) - len(lines[row - 1].lstrip())
                 lenses.append(T.CodeLens(range=T.Range(T.Position(row - 1, start), T.Position(row - 1, start)),
@@ -173,15 +173,15 @@ class Recorder:
         return lenses
 
     def hover(self, uri: str, position: T.Position) -> Optional[str]:
-        evidence, lines = self._evidence(uri), self._lines(uri)
-        if evidence is None or lines is None:
+        evidence, source = self._evidence(uri), self._source(uri)
+        if evidence is None or source is None:
             return None
-        record = evidence.at(position.line + 1, lines)
+        record = evidence.by_row(source).get(position.line + 1)
         return hover_text(record, evidence) if record is not None else None
 
-    def _lines(self, uri: str) -> Optional[List[str]]:
+    def _source(self, uri: str) -> Optional[str]:
         doc = self.server.workspace.text_documents.get(uri)
-        return doc.source.splitlines() if doc is not None else None
+        return doc.source if doc is not None else None
 
     def shutdown(self) -> None:
         for job in list(self.running.values()):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from perflsp.evidence_file import EVIDENCE_VERSION
 from perflsp.rules.registry import rule_by_code
 
 TARGET = Path(__file__).parent / "targets" / "record"
@@ -53,10 +54,11 @@ def test_record_writes_versioned_evidence_and_says_so(recorded):
     workspace, out, evidence = recorded
     assert f"recorded  {STEPS} steps (optimizer.step) after 2 of warm-up" in out.stdout
     assert str(workspace / ".perflsp" / "evidence.json") in out.stdout
-    assert evidence["version"] == 1 and evidence["steps"] == STEPS and evidence["ended"] == "stopped"
+    assert evidence["version"] == EVIDENCE_VERSION and evidence["steps"] == STEPS and evidence["ended"] == "stopped"
     assert evidence["command"] == "python train.py" and evidence["step_source"] == "optimizer.step"
     assert evidence["recorder"] in ("sys.monitoring", "sys.settrace")
     assert {e["file"] for e in evidence["lines"]} == {"train.py"}  # never torch's or the stdlib's lines
+    assert all(len(e["statement"]) == 16 and e["offset"] == 0 for e in evidence["lines"])  # one-line statements
 
 
 def test_host_reads_of_device_bound_tensors_are_counted_per_step_without_a_gpu(recorded):
@@ -119,20 +121,27 @@ def test_show_refuted_lists_the_decoys_the_static_rules_flag(recorded):
     assert f"train.py:{line_of(source, 'collate tensor on the host')}:" in listed and "stayed on the host" in listed
 
 
-def test_evidence_applies_only_to_the_lines_that_did_not_change(recorded, tmp_path):
+def test_evidence_applies_only_to_the_statements_that_did_not_change(recorded, tmp_path):
     workspace, _, _ = recorded
     edited = tmp_path / "edited"
     shutil.copytree(workspace, edited)
     source = edited / "train.py"
     text = source.read_text()
-    # A line added on top moves every line; an edited line is no longer the one that ran.
+    # A line added on top moves every statement; an edited one is no longer the one that ran.
     text = text.replace("import torch\n", "import torch\nimport math\n", 1)
     text = text.replace("print(loss.item())  # case: off branch", "print(loss.item(), 'debug')  # case: off branch")
+    # Spaces between tokens are not the statement, nor is the body below an `if`.
+    text = text.replace("x, y = x.to(device), y.to(device)", "x, y = x.to(device),  y.to( device )")
+    text = text.replace('raise ValueError("nan loss")', 'raise ValueError("the loss is nan")')
     source.write_text(text)
     found = _findings(edited)
-    assert (line_of(source, "callback read"), "PFL108") in found  # moved, unchanged: found by its text
+    assert (line_of(source, "callback read"), "PFL108") in found  # moved, unchanged: found by its fingerprint
     assert (line_of(source, "off branch"), "PFL101") in found  # changed: the static tier decides again
     assert (line_of(source, "lazy init"), "PFL101") not in found  # moved, unchanged: still refuted
+    copy = found[(line_of(source, "copies to the device"), "PFL106")]  # preview: shown because confirmed
+    assert "recorded on this line: 2 host-to-device copies per step" in copy["message"]
+    branch = [f for (row, _), f in found.items() if row == line_of(source, "loss object branch")]
+    assert branch and all("recorded on this line" in f["message"] for f in branch)
 
 
 def _record_and_check(workspace, *record_args):

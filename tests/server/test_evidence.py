@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from perflsp.evidence_file import EVIDENCE_VERSION
 from tests.rules.test_evidence import BOUND, DEBUG_ITEM, LOOP_ITEM, SOURCE, _line
 from tests.server.conftest import NEOVIM
 
@@ -17,7 +18,7 @@ READ_ROW = 12  # `total = loss.detach()`: no rule looks there
 
 
 def _record(session, lines):
-    document = {"version": 1, "steps": 5, "warmup_steps": 2, "step_source": "optimizer.step",
+    document = {"version": EVIDENCE_VERSION, "steps": 5, "warmup_steps": 2, "step_source": "optimizer.step",
                 "command": "python train.py", "measured_at": "2026-12-02T10:00:00Z", "recorder": "sys.settrace",
                 "ended": "stopped", "accelerator": None, "step_ms": 3.0, "lines": lines}
     session.write(".perflsp/evidence.json", json.dumps(document))
@@ -55,7 +56,7 @@ async def test_a_committed_record_never_makes_links_or_markup_in_a_hover(start):
     session = await start(NEOVIM, init_options={"settings": {"select": ["PFL1"], "preview": False}})
     session.write("perflsp.toml", "")
     hostile = [{"device": "[cuda](https://e.vil/a)", "bound": True, "dtype": "<img src=x>", "numel": 1}]
-    document = {"version": 1, "steps": 5, "warmup_steps": 2, "step_source": "optimizer.step",
+    document = {"version": EVIDENCE_VERSION, "steps": 5, "warmup_steps": 2, "step_source": "optimizer.step",
                 "command": "python train.py`[Fix](https://e.vil/b)`", "measured_at": "**now** e.vil/c",
                 "recorder": "sys.settrace", "ended": "stopped", "accelerator": "# <b>GPU</b>", "step_ms": 3.0,
                 "lines": [_line(LOOP_ITEM, runs=5, steps=5, tensor_ops=5, operands=hostile,
