@@ -51,6 +51,7 @@ def test_a_preview_rule_selected_by_its_code_still_needs_preview_and_says_so():
     assert warning.startswith("Selection `PFL301` has no effect because preview is not enabled")
     # A prefix that also names stable rules is no mistake; in preview mode nothing is.
     assert registry.preview_warnings(Settings(select=("PFL5",))) == []
+    assert registry.preview_warnings(Settings()) == []  # `check` skips the catch-all `PFL` without asking
     assert registry.preview_warnings(Settings(select=("PFL301",), preview=True)) == []
     assert _codes(SCORES, select=("PFL3",), preview=True) == [("PFL301", 5)]
 
