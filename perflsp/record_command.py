@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from perflsp import output
 from perflsp.evidence_file import evidence_path
 from perflsp.hot_file import MIN_STEPS
 from perflsp.profile_result import EXIT_OK, EXIT_TARGET_RAISED, EXIT_TIMEOUT, EXIT_USAGE, write_json_atomic
@@ -154,11 +155,11 @@ def _publish(args: argparse.Namespace, evidence: Dict[str, Any], workspace: Path
         print(f"perflsp: error: the record is not saved: {path}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json == "-":
-        print(json.dumps(evidence, indent=2))
+        output.write(json.dumps(evidence, indent=2) + "\n")
         return code
     if args.json:
         write_json_atomic(args.json, evidence)
-    print(summary(evidence, path))
+    output.write(summary(evidence, path) + "\n")
     return code
 
 

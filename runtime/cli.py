@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from perflsp import output
 from perflsp.profile_result import (EXIT_GRAPH_BREAKS, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, compile_falls_short,
                                     exit_code_for, result_path, write_json_atomic)
 from perflsp.safe_files import ensure_inside, write_blocker, write_problem
@@ -135,6 +136,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return peaks_command(args)
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
+    except output.OutputError as exc:  # `perflsp profile ... | head -1`, `> /dev/full`
+        return output.failed(exc)
 
 
 def _error(message: str) -> int:
@@ -262,10 +265,9 @@ def _finish_graph_breaks(args: argparse.Namespace, target: Dict[str, Any], block
             "--json", args.json, lambda: write_json_atomic(args.json, document)):
         return EXIT_USAGE
     if args.json == "-":
-        print(json.dumps(document, indent=2))
+        output.write(json.dumps(document, indent=2) + "\n")
     else:
-        sys.stdout.write(report.render_graph_breaks(target, block))
-    sys.stdout.flush()
+        output.write(report.render_graph_breaks(target, block))
     if block["error"] is not None:  # the profile's exit codes; a missing facility is the environment's, as usage
         return EXIT_USAGE if block["error"]["kind"] == "unavailable" else exit_code_for(block["error"]["kind"])
     return EXIT_GRAPH_BREAKS if args.fail_on_break and compile_falls_short(block) else EXIT_OK
@@ -293,8 +295,7 @@ def _publish_hot(args: argparse.Namespace, document: Optional[Dict[str, Any]], w
               file=sys.stderr)
         return
     if args.json != "-":
-        print(report.hot_row(document, str(written)))
-        sys.stdout.flush()
+        output.write(report.hot_row(document, str(written)) + "\n")
 
 
 def _output_problem(option: str, path: Optional[str]) -> Optional[str]:
@@ -387,9 +388,9 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
     if args.json and args.json != "-":
         outputs_written = _write_output("--json", args.json, lambda: write_json_atomic(args.json, result))
     if args.json == "-":
-        print(json.dumps(result, indent=2))
+        output.write(json.dumps(result, indent=2) + "\n")
     else:
-        sys.stdout.write(report.render_result(result, str(written) if written else None))
+        output.write(report.render_result(result, str(written) if written else None))
     if args.plot:
         if result["status"] != "ok":
             print("perflsp: no plot: the profile failed", file=sys.stderr)
@@ -398,10 +399,9 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], workspace: Path) -
 
             if _write_output("--plot", args.plot, lambda: plot.write(result, args.plot, previous)):
                 if args.json != "-":
-                    print(f"{'plot':<10} {args.plot}")
+                    output.write(f"{'plot':<10} {args.plot}\n")
             else:
                 outputs_written = False
-    sys.stdout.flush()
     return code if outputs_written else EXIT_USAGE
 
 
@@ -460,7 +460,7 @@ def peaks_command(args: argparse.Namespace) -> int:
             "--json", args.json, lambda: write_json_atomic(args.json, payload["peaks"])):
         return EXIT_USAGE
     if args.json == "-":
-        print(json.dumps(payload["peaks"], indent=2))
+        output.write(json.dumps(payload["peaks"], indent=2) + "\n")
     else:
-        sys.stdout.write(report.render_peaks(payload))
+        output.write(report.render_peaks(payload))
     return EXIT_OK

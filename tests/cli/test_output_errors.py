@@ -20,12 +20,16 @@ COMMANDS = [
     ["rule", "PFL101"],
     ["rule", "--all"],
     ["--version"],
+    # A profile on the CPU (a few seconds: torch's import and the measuring process).
+    ["profile", "add.py:add", "--setup", "add:make_inputs", "--progress", "none"],
 ]
+ADD = "import torch\n\n\ndef add(x):\n    return x + 1\n\n\ndef make_inputs():\n    return (torch.ones(64),), {}\n"
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     (tmp_path / "ops.py").write_text(OPS)
+    (tmp_path / "add.py").write_text(ADD)
     return tmp_path
 
 
