@@ -111,7 +111,7 @@ def test_resolve_falls_back_to_defaults_on_a_bad_config_file(tmp_path: Path):
 
 
 def test_resolve_leaves_out_bad_editor_overrides_but_keeps_the_file(tmp_path: Path):
-    (tmp_path / "pyproject.toml").write_text("[tool.perflsp]\nignore = [\"PFL303\"]\n")
+    (tmp_path / "pyproject.toml").write_text("[tool.perflsp]\nignore = [\"PFL502\"]\n")
     resolved = resolve(tmp_path / "a.py", parse({"select": ["PFL9"]}))
-    assert resolved.settings.ignore == ("PFL303",)  # the file's settings stay
+    assert resolved.settings.ignore == ("PFL502",)  # the file's settings stay
     assert resolved.error.startswith("editor settings:") and resolved.error_file is None
