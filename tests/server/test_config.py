@@ -82,6 +82,28 @@ async def test_a_bad_config_is_shown_once_and_linting_goes_on_with_defaults(star
     assert await session.diagnostics(session.uri("pyproject.toml"), where=lambda ds: not ds) == []
 
 
+async def test_a_removed_rule_named_in_the_settings_is_a_warning_and_they_apply(start):
+    # PFL303 was removed: a project's config and editor settings that still name it keep working.
+    session = await start(VSCODE, settings={"severity": {"PFL303": "error"}})
+    pyproject = session.write("pyproject.toml", "[tool.perflsp]\nignore = [\"PFL101\", \"PFL303\"]\n")
+    first = session.open("train.py", TRAIN)
+    second = session.open("other.py", TRAIN)
+    # The file's settings apply, not the defaults a config error falls back to: PFL101 stays ignored.
+    assert codes(await session.diagnostics(first, version=1)) == ["PFL106", "PFL502"]
+    assert codes(await session.diagnostics(second, version=1)) == ["PFL106", "PFL502"]
+    await asyncio.sleep(0.2)
+    warnings = [m for m in session.client.messages if "PFL303" in m.message]
+    # Once each (not once per file), blamed on who names it, as warnings that say why it went.
+    assert sorted(m.message.split(" names ")[0] for m in warnings) == sorted([
+        "perflsp: editor settings: `severity`", f"perflsp: {pyproject.resolve()}: `ignore`"])
+    for message in warnings:
+        assert message.type == T.MessageType.Warning
+        assert "PFL303 (contiguous-then-view), which was removed in" in message.message
+        assert "`.reshape()` must copy too" in message.message and "Naming it has no effect" in message.message
+    assert not [m for m in session.client.messages if m.type == T.MessageType.Error]
+    assert session.published(session.uri("pyproject.toml")) == []  # no error diagnostic on the file
+
+
 async def test_bad_editor_settings_are_reported_and_left_out(start):
     session = await start(NEOVIM, init_options={"settings": {"ignore": ["PFL999"], "run": "sometimes"}})
     clip = "        for p in model.parameters():\n            p.grad.mul_(0.5)\n"  # PFL503, a stable rule
