@@ -123,18 +123,20 @@ def _main(argv: Optional[Sequence[str]]) -> int:
 # --- rule ----------------------------------------------------------------------------------------
 
 def _rule(args: argparse.Namespace) -> int:
-    from perflsp.rules.docs import render_rule, tier
+    from perflsp.rules.docs import render_removed, render_rule, tier
     from perflsp.rules.registry import all_rules, rule_by_code
+    from perflsp.rules.removed import removed_rule
 
     if args.all or not args.code:
         output.write("".join(f"{rule.code}  {rule.name:<30} {tier(rule):<24} {rule.scope:<4} {rule.summary}\n"
                              for rule in all_rules()))
         return EXIT_CLEAN
-    rule = rule_by_code(args.code)
-    if rule is None:
+    rule, removed = rule_by_code(args.code), removed_rule(args.code)
+    if rule is None and removed is None:
         print(f"perflsp: error: no rule {args.code!r}; `perflsp rule --all` lists them", file=sys.stderr)
         return EXIT_USAGE
-    output.write(render_rule(rule) + "\n")
+    # As `ruff rule` does, a removed rule's code gets its removal notice, and success.
+    output.write((render_rule(rule) if rule is not None else render_removed(removed)) + "\n")
     return EXIT_CLEAN
 
 
@@ -177,7 +179,7 @@ def _check(args: argparse.Namespace) -> int:
         print(f"perflsp: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if not args.quiet:
-        _warn_about_preview({runner.file_settings(folder, overrides) for folder in {f.parent for f in files}})
+        _warn_about_settings({f.parent for f in files}, overrides)
 
     modifying = args.fix or args.diff or args.add_noqa
     cache = None if (args.no_cache or modifying) else runner.Cache(Path(args.cache_dir), warn=_warn)
@@ -218,10 +220,11 @@ def _check_stdin(args: argparse.Namespace, overrides: Dict[str, Any]) -> int:
     from perflsp.rules.fixes import fix_text
 
     name = args.stdin_filename or "-"
-    settings = runner.file_settings(Path(name if args.stdin_filename else "stdin.py").absolute(), overrides)
+    settings_path = Path(name if args.stdin_filename else "stdin.py").absolute()
+    settings = runner.file_settings(settings_path, overrides)
     registry.validate(settings)
     if not args.quiet:
-        _warn_about_preview({settings})
+        _warn_about_settings({settings_path}, overrides)
     try:
         text, encoding = runner.decode_source(sys.stdin.buffer.read())
         if args.fix:
@@ -241,15 +244,27 @@ def _check_stdin(args: argparse.Namespace, overrides: Dict[str, Any]) -> int:
     return EXIT_FINDINGS if findings and not args.exit_zero else EXIT_CLEAN
 
 
-def _warn_about_preview(settings: Iterable[Settings]) -> None:
+def _warn_about_settings(paths: Iterable[Path], overrides: Dict[str, Any]) -> None:
+    """Ruff's warnings about settings that work, but not as written: a selection of preview rules
+    only, without preview mode, and codes of removed rules, blamed on the config file or the
+    command line that names them."""
+    from perflsp.rules.removed import removed_warnings
+    from perflsp.rules.runner import file_settings
+
+    paths = list(paths)
+    written = [file_settings(path) for path in paths]
+    if overrides:
+        written.append(Settings(source="command line").with_overrides(overrides, "command line"))
+    messages = [m for s in written for m in removed_warnings(s)]
     # Only a selection narrower than the catch-all `PFL` can name preview rules alone: the common
     # case skips importing every rule (and libcst), most of a warm check's CPU time.
-    settings = [s for s in settings if not s.preview and any(c != "PFL" for c in s.select + s.extend_select)]
-    if not settings:
-        return
-    from perflsp.rules.registry import preview_warnings
+    merged = [s for s in (file_settings(path, overrides) for path in paths)
+              if not s.preview and any(c != "PFL" for c in s.select + s.extend_select)]
+    if merged:
+        from perflsp.rules.registry import preview_warnings
 
-    for message in dict.fromkeys(m for s in settings for m in preview_warnings(s)):
+        messages += [m for s in merged for m in preview_warnings(s)]
+    for message in dict.fromkeys(messages):
         _warn(message)
 
 

@@ -17,7 +17,7 @@ import urllib.parse
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -82,6 +82,15 @@ class Settings:
 
     def options_for(self, code: str) -> Dict[str, Any]:
         return dict(dict(self.rule_options).get(code, ()))
+
+    def named_codes(self) -> List[Tuple[str, str]]:
+        """(key, code or prefix) for each rule code these settings name, `rules.<code>` tables included."""
+        lists = {"select": self.select, "extend-select": self.extend_select, "ignore": self.ignore,
+                 "report-cold": self.report_cold}
+        lists.update({f"per-file-ignores.{glob}": codes for glob, codes in self.per_file_ignores})
+        lists["severity"] = tuple(code for code, _ in self.severity)
+        lists["rules"] = tuple(code for code, _ in self.rule_options)
+        return [(f"rules.{code}" if key == "rules" else key, code) for key, codes in lists.items() for code in codes]
 
     def is_excluded(self, path: str) -> bool:
         patterns = self.exclude + self.extend_exclude

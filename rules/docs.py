@@ -11,6 +11,7 @@ from typing import Dict, List, Tuple, Type
 from perflsp.rules.hotness import CALL_CHAIN, CONTEXTS, ENTRY_POINT, NESTED_LOOP, STEP_LOOP, TRAINING_LOOP
 from perflsp.rules.precedence import OUTRANKS
 from perflsp.rules.registry import all_rules
+from perflsp.rules.removed import REMOVED, Removed
 from perflsp.rules.rule import Rule
 
 _SCOPE = {
@@ -128,6 +129,17 @@ def render_rule(rule: Type[Rule]) -> str:
     return "\n".join(lines)
 
 
+_REMOVED_CODES = ("Configuration that names a removed rule's code is accepted, with a warning that it has no "
+                  "effect; a `# noqa` comment that names it does no harm (no finding has the code). The code is "
+                  "never given to another rule.")
+
+
+def render_removed(removed: Removed) -> str:
+    """What `perflsp rule` says of a removed rule's code."""
+    return "\n".join([f"# {removed.code} {removed.name}", "", f"Removed in {removed.removed_in} because {removed.why}.",
+                      "", _REMOVED_CODES, ""])
+
+
 def render_index() -> str:
     lines = ["# Rules", "", "Generated from the rule modules; do not edit by hand.", "", _PREVIEW_MODE, "",
              _EXAMPLES_RUN, "",
@@ -135,8 +147,13 @@ def render_index() -> str:
     for rule in all_rules():
         fix = rule.fix_safety or ""
         lines.append(f"| [{rule.code}]({rule.code}.md) | {rule.name} | {tier(rule)} | {rule.scope} | {fix} | {rule.summary} |")
-    lines += ["", *_precedence_section()]
+    lines += ["", *_precedence_section(), "", *_removed_section()]
     return "\n".join(lines) + "\n"
+
+
+def _removed_section() -> List[str]:
+    lines = ["## Removed rules", "", _REMOVED_CODES, "", "| code | name | removed in | why |", "| --- | --- | --- | --- |"]
+    return lines + [f"| {r.code} | {r.name} | {r.removed_in} | {r.why[0].upper() + r.why[1:]} |" for r in REMOVED]
 
 
 def _precedence_section() -> List[str]:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -126,43 +126,6 @@ def _order(op: str, layout: cst.BaseExpression) -> Optional[Tuple[List[int], boo
     return order, from_end
 
 
-def _breaks(op: str, layout: cst.BaseExpression) -> Optional[Set[int]]:
-    """Positions i (negative: counted from the end) where dims i and i+1 of the layout op's result
-    are not neighbours in memory, for a contiguous input, so that no view can merge them. A lower
-    bound where the tensor may have more dims than the arguments name; None when unknown."""
-    if op == "expand":
-        assert isinstance(layout, cst.Call)
-        sizes = _dims(layout)
-        if sizes is None:
-            return None
-        # A size other than -1 is taken to expand a dim: stride 0 cannot merge with a real stride.
-        kept = [_int(size) == -1 for size in sizes]
-        return {i for i in range(len(kept) - 1) if kept[i] != kept[i + 1]}
-    found = _order(op, layout)
-    if found is None:
-        return None
-    order, from_end = found
-    n = len(order)
-    breaks = {i for i in range(n - 1) if order[i + 1] != order[i] + 1}
-    if len(breaks) == n - 1 and (order[0] != 0 if from_end else order[-1] != n - 1):
-        # Every dim is cut off from its neighbours, so a reshape to as many dims keeps the shape
-        # (pointless) or copies: count the cut at the open end too, which is real as soon as the
-        # tensor has one more dim, as in `(B, H, T, D).transpose(1, 2)`.
-        breaks.add(-1 if from_end else n - 1)
-    return {i - n for i in breaks} if from_end else breaks
-
-
-def must_copy_to_view(op: str, layout: cst.BaseExpression, shape_call: cst.Call) -> bool:
-    """Whether `.view(...)` / `.reshape(...)` to the shape `shape_call` gives must copy the layout
-    op's result: it merges dims that the layout op has separated, which no strides can express."""
-    breaks = _breaks(op, layout)
-    shape = _dims(shape_call)
-    if shape is None or (len(shape) == 1 and _int(shape[0]) is None):
-        return False  # `view(size)`: a shape of unknown length
-    # Fewer dims than runs of mergeable dims: two runs must merge, which only a copy can do.
-    return bool(breaks) and len(shape) <= len(breaks)
-
-
 def layout_op(expr: cst.BaseExpression) -> Optional[str]:
     """`permute` for `x.permute(...)`, `T` for `x.T`: the view op that only rearranges strides."""
     if isinstance(expr, cst.Attribute) and expr.attr.value in _LAYOUT_ATTRS:
@@ -220,10 +183,10 @@ def _in_place_reader(ctx: ModuleContext, op: str, layout: cst.BaseExpression) ->
     dims of a tensor of at most 3 dims (a GEMM takes it as a transposed operand; with more dims the
     matmul folds the batch dims, which may copy), "attention" when it keeps the last dim in place
     (`scaled_dot_product_attention` takes any strides with a contiguous last dim)."""
-    if op == "expand" or not _breaks(op, layout):  # `permute(0, 1, 2)` changes nothing
+    found = _order(op, layout) if op != "expand" else None
+    if found is None or found[0] == sorted(found[0]):  # unknown arguments, or `permute(0, 1, 2)`: nothing moves
         return None
-    found = _order(op, layout)
-    if found is not None and found[1] and found[0][-1] == len(found[0]) - 1:
+    if found[1] and found[0][-1] == len(found[0]) - 1:
         return "attention"  # `transpose(-3, -2)`: the last dim stays, whatever the tensor's dims
     order = _full_order(ctx, op, layout)
     if order is None:

@@ -35,9 +35,6 @@ OUTRANKS = (
              "removes both"),
     Outranks("PFL702", "PFL103", "`if loss > 0:` in a function passed to `torch.compile`",
              "under torch.compile the branch also breaks the graph, the bigger cost; `torch.where` removes both"),
-    Outranks("PFL302", "PFL303", "`x.clone().contiguous().view(n, -1)`",
-             "the result `.contiguous()` gets is already contiguous (for a contiguous `x`), so there is no copy "
-             "for `.reshape()` to save: the call can simply go"),
 )
 
 

@@ -9,6 +9,7 @@ from typing import Dict, List, Optional, Tuple, Type
 
 from perflsp.config import ConfigError, Settings
 from perflsp.rules import precedence
+from perflsp.rules.removed import removed_rule
 from perflsp.rules.rule import Rule
 
 _MODULE = re.compile(r"^pfl\d{3}_\w+$")
@@ -30,6 +31,8 @@ def all_rules() -> Tuple[Type[Rule], ...]:
         rule = classes[0]
         if rule.code in found:
             raise RuntimeError(f"rule code {rule.code} is defined twice")
+        if removed_rule(rule.code) is not None:
+            raise RuntimeError(f"rule code {rule.code} belongs to a removed rule; codes are never reused")
         if not info.name.startswith(rule.code.lower()):
             raise RuntimeError(f"{module.__name__} defines {rule.code}; the module name must start with its code")
         found[rule.code] = rule
@@ -41,18 +44,18 @@ def rule_by_code(code: str) -> Optional[Type[Rule]]:
 
 
 def validate(settings: Settings) -> None:
-    """Raise ConfigError for codes that name no rule and for rule options that do not exist."""
+    """Raise ConfigError for codes that name no rule and for rule options that do not exist.
+    Codes of removed rules pass (`removed_warnings` warns about them)."""
     codes = {r.code for r in all_rules()}
     origin = settings.source or "settings"
-    lists = {"select": settings.select, "extend-select": settings.extend_select, "ignore": settings.ignore,
-             "report-cold": settings.report_cold}
-    lists.update({f"per-file-ignores.{glob}": c for glob, c in settings.per_file_ignores})
-    lists["severity"] = tuple(code for code, _ in settings.severity)
-    for key, selectors in lists.items():
-        for selector in selectors:
-            if not any(code.startswith(selector) for code in codes):
-                raise ConfigError(f"{origin}: `{key}` names {selector!r}, which matches no rule (see `perflsp rule --all`)")
+    for key, selector in settings.named_codes():
+        if key.startswith("rules."):
+            continue  # checked with its options, below
+        if not any(code.startswith(selector) for code in codes) and removed_rule(selector) is None:
+            raise ConfigError(f"{origin}: `{key}` names {selector!r}, which matches no rule (see `perflsp rule --all`)")
     for code, options in settings.rule_options:
+        if removed_rule(code) is not None:
+            continue  # its options have no rule left to apply to
         rule = rule_by_code(code)
         if rule is None:
             raise ConfigError(f"{origin}: `rules.{code}`: no such rule")
@@ -98,3 +101,4 @@ def preview_warnings(settings: Settings) -> List[str]:
             warnings.append(f"Selection `{selector}` has no effect because preview is not enabled "
                             "(set `preview = true` or pass `--preview`)")
     return warnings
+

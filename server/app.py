@@ -157,8 +157,13 @@ class PerflspServer(LanguageServer):
             self.workspace_diagnostic_refresh(None)
 
     def report_config(self, resolved: Optional[Resolved]) -> None:
-        """Show a configuration error once (message + a diagnostic on the config file); linting goes on."""
-        if resolved is None or resolved.error is None:
+        """Show a configuration error once (message + a diagnostic on the config file); linting goes on.
+        Show each warning once (a message)."""
+        if resolved is None:
+            return
+        for warning in resolved.warnings:
+            self.report_problem(warning, None, T.MessageType.Warning)
+        if resolved.error is None:
             return
         self.report_problem(resolved.error, "perflsp uses its default settings until it is fixed"
                             if resolved.error_file else "perflsp ignores these editor settings until they are fixed")
@@ -175,13 +180,14 @@ class PerflspServer(LanguageServer):
                     range=T.Range(start=T.Position(line=line, character=0), end=T.Position(line=line + 1, character=0)),
                     message=resolved.error, severity=T.DiagnosticSeverity.Error, source=SOURCE)]))
 
-    def report_problem(self, problem: str, consequence: str) -> None:
+    def report_problem(self, problem: str, consequence: Optional[str],
+                       kind: T.MessageType = T.MessageType.Error) -> None:
         if problem in self.shown:
             return
         self.shown.add(problem)
-        log.error("perflsp: %s", problem)
-        self.window_show_message(T.ShowMessageParams(type=T.MessageType.Error,
-                                                     message=f"perflsp: {problem} ({consequence})"))
+        log.log(logging.ERROR if kind == T.MessageType.Error else logging.WARNING, "perflsp: %s", problem)
+        message = f"perflsp: {problem} ({consequence})" if consequence else f"perflsp: {problem}"
+        self.window_show_message(T.ShowMessageParams(type=kind, message=message))
 
     def config_changed(self) -> None:
         """Config files or editor settings changed: clear config errors, check everything again."""

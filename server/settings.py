@@ -160,25 +160,30 @@ class Resolved:
     settings: Any  # perflsp.config.Settings
     error: Optional[str] = None
     error_file: Optional[str] = None  # the config file the error is about (None: the editor settings)
+    warnings: Tuple[str, ...] = ()  # about settings that work, but not as written (a removed rule's code)
 
 
 def resolve(path: Path, editor: EditorSettings) -> Resolved:
     """`[tool.perflsp]` for `path` with the editor's overrides on top, validated against the rules.
 
     A bad configuration never stops linting: a bad config file is replaced by the defaults, bad
-    editor overrides are left out, and the first error is returned to be shown once.
+    editor overrides are left out, and the first error is returned to be shown once, with the
+    warnings about the settings used.
     Runs in a worker thread (it stats and may read config files).
     """
     from dataclasses import replace
 
     from perflsp.config import ConfigError, Settings
     from perflsp.rules.registry import validate
+    from perflsp.rules.removed import removed_warnings
     from perflsp.rules.runner import file_settings
 
     error: Optional[str] = None
+    warnings: List[str] = []
     try:
         settings = file_settings(path)
         validate(settings)
+        warnings += removed_warnings(settings)
     except ConfigError as exc:
         error = str(exc)
         settings = Settings(root=str(path.parent))
@@ -190,9 +195,11 @@ def resolve(path: Path, editor: EditorSettings) -> Resolved:
             # the file alone was already checked.
             validate(replace(merged, source=EDITOR_ORIGIN))
             settings = merged
+            # The editor's own codes: `merged` holds the file's too, which are the file's to answer for.
+            warnings += removed_warnings(Settings(source=EDITOR_ORIGIN).with_overrides(overrides, EDITOR_ORIGIN))
         except ConfigError as exc:
             error = error or str(exc)
-    return Resolved(settings, error, _error_file(error) if error else None)
+    return Resolved(settings, error, _error_file(error) if error else None, tuple(warnings))
 
 
 def _error_file(message: str) -> Optional[str]:

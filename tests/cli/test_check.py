@@ -19,7 +19,8 @@ LOOP_ITEM = textwrap.dedent(
             print(loss.item())
     """
 )
-VIEW = "import torch\n\n\n# perflsp: hot\ndef flat(x):\n    return x.contiguous().view(2, 12)\n"
+# PFL502, a preview rule with an unsafe fix: `torch.log1p(x)` differs in the last bits.
+LOG = "import torch\n\n\n# perflsp: hot\ndef soft(x):\n    return torch.log(1 + x)\n"
 # PFL301, a preview rule, reports the copy: a matmul reads the transposed view as it is.
 SCORES = "import torch\n\n\ndef project(batches, w):\n    for x in batches:\n        yield x @ w.t().contiguous()\n"
 
@@ -68,13 +69,13 @@ def test_syntax_error_is_one_finding_and_the_run_goes_on(perflsp_cli, tmp_path):
 
 def test_select_ignore_and_per_file_ignores(perflsp_cli, tmp_path):
     (tmp_path / "loop.py").write_text(LOOP_ITEM)
-    (tmp_path / "view.py").write_text(VIEW)
-    (tmp_path / "perflsp.toml").write_text("preview = true\n")  # PFL303 is a preview rule
+    (tmp_path / "log.py").write_text(LOG)
+    (tmp_path / "perflsp.toml").write_text("preview = true\n")  # PFL502 is a preview rule
     codes = lambda *a: sorted(f["code"] for f in _json(perflsp_cli("check", ".", "--output-format", "json", "--no-cache", *a)))
-    assert codes() == ["PFL101", "PFL303"]
-    assert codes("--select", "PFL3") == ["PFL303"]
-    assert codes("--ignore", "PFL101") == ["PFL303"]
-    assert codes("--per-file-ignores", "view.py:PFL303") == ["PFL101"]
+    assert codes() == ["PFL101", "PFL502"]
+    assert codes("--select", "PFL5") == ["PFL502"]
+    assert codes("--ignore", "PFL101") == ["PFL502"]
+    assert codes("--per-file-ignores", "log.py:PFL502") == ["PFL101"]
 
 
 def test_preview_from_the_command_line_and_the_config(perflsp_cli, tmp_path):
@@ -132,18 +133,18 @@ def test_hot_functions_and_report_cold_config(perflsp_cli, tmp_path):
 
 
 def test_fix_diff_and_unsafe(perflsp_cli, tmp_path):
-    target = tmp_path / "view.py"
-    target.write_text(VIEW)
-    (tmp_path / "perflsp.toml").write_text("preview = true\n")  # PFL303 is a preview rule
-    result = perflsp_cli("check", "view.py", "--fix", "--no-cache")
-    assert result.returncode == 1 and target.read_text() == VIEW  # PFL303's fix is unsafe
-    result = perflsp_cli("check", "view.py", "--diff", "--unsafe-fixes")
+    target = tmp_path / "log.py"
+    target.write_text(LOG)
+    (tmp_path / "perflsp.toml").write_text("preview = true\n")  # PFL502 is a preview rule
+    result = perflsp_cli("check", "log.py", "--fix", "--no-cache")
+    assert result.returncode == 1 and target.read_text() == LOG  # PFL502's fix is unsafe
+    result = perflsp_cli("check", "log.py", "--diff", "--unsafe-fixes")
     assert result.returncode == 1
-    assert "-    return x.contiguous().view(2, 12)" in result.stdout and "+    return x.reshape(2, 12)" in result.stdout
-    assert target.read_text() == VIEW
-    result = perflsp_cli("check", "view.py", "--fix", "--unsafe-fixes", "--no-cache")
+    assert "-    return torch.log(1 + x)" in result.stdout and "+    return torch.log1p(x)" in result.stdout
+    assert target.read_text() == LOG
+    result = perflsp_cli("check", "log.py", "--fix", "--unsafe-fixes", "--no-cache")
     assert result.returncode == 0, result.stdout
-    assert target.read_text() == VIEW.replace("x.contiguous().view(2, 12)", "x.reshape(2, 12)")
+    assert target.read_text() == LOG.replace("torch.log(1 + x)", "torch.log1p(x)")
 
 
 def test_add_noqa_merges_existing_comments(perflsp_cli, tmp_path):
@@ -155,12 +156,12 @@ def test_add_noqa_merges_existing_comments(perflsp_cli, tmp_path):
 
 
 def test_stdin(perflsp_cli, tmp_path):
-    (tmp_path / "perflsp.toml").write_text("preview = true\n")  # PFL303 is a preview rule
+    (tmp_path / "perflsp.toml").write_text("preview = true\n")  # PFL502 is a preview rule
     result = perflsp_cli("check", "-", "--stdin-filename", "train.py", "--output-format", "json", stdin=LOOP_ITEM)
     [finding] = json.loads(result.stdout)
     assert finding["filename"] == "train.py" and result.returncode == 1
-    result = perflsp_cli("check", "-", "--fix", "--unsafe-fixes", stdin=VIEW)
-    assert result.stdout == VIEW.replace("x.contiguous().view(2, 12)", "x.reshape(2, 12)")
+    result = perflsp_cli("check", "-", "--fix", "--unsafe-fixes", stdin=LOG)
+    assert result.stdout == LOG.replace("torch.log(1 + x)", "torch.log1p(x)")
 
 
 def test_notebook_cells_are_one_program(perflsp_cli, tmp_path):

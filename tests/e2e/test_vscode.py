@@ -54,7 +54,7 @@ COMMANDS = {
     "perflsp.fixAll": "Fix all perflsp findings",
     "perflsp.openRuleDocs": "Open rule documentation",
 }
-IGNORED_IN_WORKSPACE = "PFL502"  # switched off in the workspace settings: must not reach the Problems panel
+IGNORED_IN_WORKSPACE = "PFL202"  # switched off in the workspace settings: must not reach the Problems panel
 
 # A function the runtime can profile: its marker provides the inputs.
 PROFILE_TARGET = '''\
@@ -168,7 +168,7 @@ def test_settings_reach_the_server_under_the_keys_it_reads(node_home: Path):
     # (`interpreter` is resolved by the extension: the setting, else the Python extension's.)
     sent = server_settings(node_home, {
         "path": ["/x/perflsp"], "interpreter": ["/x/python"], "lintOn": "save", "workspaceDiagnostics": True,
-        "select": ["PFL1", "PFL303"], "ignore": ["PFL104"], "severity": {"PFL1": "error"},
+        "select": ["PFL1", "PFL502"], "ignore": ["PFL104"], "severity": {"PFL1": "error"},
         "profile.enabled": False, "profile.timeout": 42, "logLevel": "debug",
     }, {"trusted": True, "interpreter": ["/x/python"]})
     editor = parse(sent)
@@ -176,9 +176,9 @@ def test_settings_reach_the_server_under_the_keys_it_reads(node_home: Path):
     assert (editor.run, editor.workspace_diagnostics, editor.log_level) == ("onSave", True, "debug")
     assert (editor.interpreter, editor.profile_enabled, editor.profile_timeout) == (("/x/python",), False, 42.0)
     overrides = editor.overrides_dict()
-    assert overrides == {"select": ["PFL1", "PFL303"], "ignore": ["PFL104"], "severity": {"PFL1": "error"}}
+    assert overrides == {"select": ["PFL1", "PFL502"], "ignore": ["PFL104"], "severity": {"PFL1": "error"}}
     merged = Settings().with_overrides(overrides, "editor settings")  # raises on an unknown key
-    assert merged.select == ("PFL1", "PFL303") and merged.ignore == ("PFL104",)
+    assert merged.select == ("PFL1", "PFL502") and merged.ignore == ("PFL104",)
 
     # An untrusted workspace: the server itself refuses to profile, whatever the setting says.
     assert parse(server_settings(node_home, {"profile.enabled": True}, {"trusted": False})).profile_enabled is False
@@ -271,17 +271,17 @@ def session(node_home: Path, tmp_path_factory) -> Session:
         "perflsp.path": [sys.executable, "-m", "perflsp", "serve"],
         "perflsp.workspaceDiagnostics": True,
         "perflsp.ignore": [IGNORED_IN_WORKSPACE],
-        "perflsp.preview": True,  # PFL303, whose fix the test applies, is a preview rule
+        "perflsp.preview": True,  # PFL502, whose fix the test applies, is a preview rule
     }, indent=2))
 
     # Where the findings are, from the CLI (the same engine): the test does not hard-code lines of
     # examples that others edit.
     attention = findings(workspace / "attention.py", "--ignore", IGNORED_IN_WORKSPACE, "--preview")
-    pfl303 = next((f for f in attention if f["code"] == "PFL303" and f["fix"]), None)
+    pfl502 = next((f for f in attention if f["code"] == "PFL502" and f["fix"]), None)
     pfl101 = next((f for f in attention if f["code"] == "PFL101"), None)
-    assert pfl303 and pfl101, "examples/attention.py no longer has a fixable PFL303 and a PFL101, which this test uses"
+    assert pfl502 and pfl101, "examples/attention.py no longer has a fixable PFL502 and a PFL101, which this test uses"
     original = (workspace / "attention.py").read_text()
-    expected = {"attention.py": apply_edits(original, pfl303["fix"]["edits"])}
+    expected = {"attention.py": apply_edits(original, pfl502["fix"]["edits"])}
     fixed = tmp / "fixed" / "train_loop.py"
     fixed.parent.mkdir()
     shutil.copy(workspace / "train_loop.py", fixed)
@@ -291,13 +291,13 @@ def session(node_home: Path, tmp_path_factory) -> Session:
     assert expected["train_loop.py"] != (workspace / "train_loop.py").read_text(), "train_loop.py has no safe fix left"
     body = PROFILE_TARGET.splitlines().index("    y = x @ x") + 1
     scenario = {
-        "problems": {"present": ["PFL101", "PFL303"], "absent": [IGNORED_IN_WORKSPACE]},
-        "hover": {"file": "attention.py", "line": pfl303["location"]["row"], "column": pfl303["location"]["column"],
-                  "code": "PFL303"},
+        "problems": {"present": ["PFL101", "PFL502"], "absent": [IGNORED_IN_WORKSPACE]},
+        "hover": {"file": "attention.py", "line": pfl502["location"]["row"], "column": pfl502["location"]["column"],
+                  "code": "PFL502"},
         "ruleDocs": {"file": "attention.py", "line": pfl101["location"]["row"], "column": pfl101["location"]["column"],
                      "code": "PFL101"},
-        "quickfix": {"file": "attention.py", "line": pfl303["location"]["row"],
-                     "column": pfl303["location"]["column"], "title": f"PFL303: {pfl303['fix']['message']}"},
+        "quickfix": {"file": "attention.py", "line": pfl502["location"]["row"],
+                     "column": pfl502["location"]["column"], "title": f"PFL502: {pfl502['fix']['message']}"},
         "fixAll": {"file": "train_loop.py"},
         "notebook": {"file": "training.ipynb", "code": "PFL101", "text": "running_loss.item()"},
         "restart": {"brokenPath": str(tmp / "no-such-perflsp")},
@@ -351,14 +351,14 @@ def test_problems_panel_lists_perflsp_findings(session: Session):
 
 def test_hover_shows_the_rule_explanation(session: Session):
     text = session.step("hover")["text"]
-    assert "PFL303" in text and "contiguous-then-view" in text
+    assert "PFL502" in text and "fusable-math" in text
     assert "Why is this bad?" in text  # the rule's page, not only the one-line message
-    assert "reshape" in text
+    assert "logsumexp" in text
 
 
 def test_quick_fix_rewrites_the_file(session: Session):
     step = session.step("quickfix")
-    assert any("Ignore PFL303 on this line" in title for title in step["titles"]), step["titles"]
+    assert any("Ignore PFL502 on this line" in title for title in step["titles"]), step["titles"]
     # Exactly the fix the engine computes, saved to disk, and nothing else changed.
     assert (session.workspace / "attention.py").read_text() == session.expected["attention.py"]
 

@@ -69,11 +69,13 @@ def test_loader_messages_name_what_was_seen_and_claim_no_training():
     assert "(`x.cuda()`)" in pinning.message and "if the loader's batches are among them" in pinning.message
 
 
-def test_reshape_advice_is_not_given_where_reshape_would_copy_too():
+def test_the_copy_that_merging_heads_needs_is_not_flagged():
+    # `.view()` cannot merge the dims the transpose separated, and `.reshape()` would copy too.
     merge = """\
         import torch
 
+        # perflsp: hot
         def merge_heads(y, b, t, c):
             return y.transpose(1, 2).contiguous().view(b, t, c)
         """
-    assert _findings(merge, "PFL303") == [] and _findings(merge, "PFL301") == []
+    assert check_source(textwrap.dedent(merge), "m.py", Settings(preview=True)) == []

@@ -52,7 +52,7 @@ STATEMENTS = [
     "x = b.item()",
     "y = b.cpu()",
     "z = torch.cuda.FloatTensor(3, 4)",
-    "w = b.contiguous().view(2, 3)",
+    "w = torch.log(1 + b)",
     "h = b.to('cuda')",
     "print(b.sum().item(), '''\ntext # noqa\n''')",
     "t = b.mean().item() + \\\n    1",

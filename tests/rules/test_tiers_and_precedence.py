@@ -89,7 +89,6 @@ def test_the_winner_reports_and_silencing_it_does_not_bring_the_loser_back():
                          "        yield x + torch.zeros(3).to(device)\n"),
     ("PFL107", "PFL401", "import torch\n\ndef f(loader, device):\n    for x in loader:\n"
                          "        yield x * torch.tensor([0.5, 2.0], device=device)\n"),
-    ("PFL302", "PFL303", "import torch\n\n# perflsp: hot\ndef f(x, n):\n    return x.clone().contiguous().view(n, -1)\n"),
     ("PFL701", "PFL101", "import torch\n\nclass Net(torch.nn.Module):\n    def forward(self, x):\n"
                          "        return x / x.abs().max().item()\n\nmodel = torch.compile(Net())\n"),
     ("PFL702", "PFL103", "import torch\n\nclass Net(torch.nn.Module):\n    def forward(self, x):\n"

@@ -30,10 +30,10 @@ EMACS = "emacs@v29.1"
 SERVER = [sys.executable, "-m", "perflsp.server"]
 # The rules these tests rely on; others are being written concurrently and would add findings
 # to the sample files. Sent as editor settings, so each workspace's pyproject still applies.
-PINNED = ["PFL101", "PFL106", "PFL303"]
+PINNED = ["PFL101", "PFL106", "PFL502"]
 
-# A file every rule family the tests rely on flags: PFL101 (`.item()` in a loop, no fix), PFL303
-# (`.contiguous().view()`, unsafe fix) and PFL106 (`.cuda()` in a loop, safe fix).
+# A file every rule family the tests rely on flags: PFL101 (`.item()` in a loop, no fix), PFL502
+# (`torch.log(1 + x)`, unsafe fix) and PFL106 (`.cuda()` in a loop, safe fix).
 TRAIN = """\
 import torch
 
@@ -42,7 +42,7 @@ def train(model, loader, opt):
     for x, y in loader:
         loss = model(x).sum()
         print(loss.item())
-        z = x.contiguous().view(2, 12)
+        z = torch.log(1 + x)
         w = x.pin_memory().cuda()
 """
 
@@ -218,7 +218,7 @@ async def _initialize(client: LanguageClient, spec: str, root: Path, *, pull: bo
     workspace_folders = [T.WorkspaceFolder(uri=(root / f).as_uri(), name=f) for f in folders] if folders else \
         [T.WorkspaceFolder(uri=root.as_uri(), name=root.name)]
     options = dict(init_options or {})
-    # PFL106 and PFL303 are preview rules: the server's behaviour, not the tiers, is under test here.
+    # PFL106 and PFL502 are preview rules: the server's behaviour, not the tiers, is under test here.
     options["settings"] = {"select": PINNED, "preview": True, **options.get("settings", {})}
     return await client.initialize_session(T.InitializeParams(
         capabilities=capabilities(spec, pull=pull, notebooks=notebooks), root_uri=root.as_uri(),

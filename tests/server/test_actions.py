@@ -33,25 +33,25 @@ async def test_quick_fixes_safe_preferred_unsafe_labelled(shared, spec, lazy):
     if spec != NEOVIM:  # documentChanges clients get a versioned edit, refused if the text moved on
         assert edit.document_changes[0].text_document.version == 1
 
-    unsafe = titled(await session.actions(uri, 7), "PFL303")
+    unsafe = titled(await session.actions(uri, 7), "PFL502")
     assert "unsafe" in unsafe.title and not unsafe.is_preferred
     fixed = apply_edits(TRAIN, text_edits(await session.edit_of(unsafe), uri))
-    assert "        z = x.reshape(2, 12)\n" in fixed
+    assert "        z = torch.log1p(x)\n" in fixed
 
 
 async def test_ignore_action_appends_or_merges_noqa(shared):
     session = await shared(VSCODE)
     text = TRAIN.replace("print(loss.item())", "print(loss.item())  # log it") \
-                .replace("z = x.contiguous().view(2, 12)", "z = x.contiguous().view(2, 12)  # noqa: PFL106")
+                .replace("z = torch.log(1 + x)", "z = torch.log(1 + x)  # noqa: PFL106")
     uri = session.open("train.py", text)
     await session.diagnostics(uri, version=1, where=lambda ds: len(ds) == 3)
 
     ignore = titled(await session.actions(uri, 6), "Ignore PFL101 on this line")
     fixed = apply_edits(text, text_edits(await session.edit_of(ignore), uri))
     assert "        print(loss.item())  # log it  # noqa: PFL101\n" in fixed  # the user's comment stays
-    ignore = titled(await session.actions(uri, 7), "Ignore PFL303 on this line")
+    ignore = titled(await session.actions(uri, 7), "Ignore PFL502 on this line")
     fixed = apply_edits(text, text_edits(await session.edit_of(ignore), uri))
-    assert "z = x.contiguous().view(2, 12)  # noqa: PFL106, PFL303\n" in fixed  # merged, not doubled
+    assert "z = torch.log(1 + x)  # noqa: PFL106, PFL502\n" in fixed  # merged, not doubled
     # Applied, the suppression silences exactly that finding.
     version = session.replace(uri, fixed)
     diagnostics = await session.diagnostics(uri, version=version)
@@ -69,7 +69,7 @@ async def test_fix_all_applies_safe_fixes_only(shared, spec):
     assert fix_all.kind == "source.fixAll.perflsp"
     fixed = apply_edits(text, text_edits(await session.edit_of(fix_all), uri))
     assert fixed == text.replace("x.pin_memory().cuda()", "x.pin_memory().cuda(non_blocking=True)").replace("y.pin_memory().cuda()", "y.pin_memory().cuda(non_blocking=True)")
-    assert "x.contiguous().view(2, 12)" in fixed  # the unsafe fix is not part of fix-all
+    assert "torch.log(1 + x)" in fixed  # the unsafe fix is not part of fix-all
     # Asked for quick fixes only, fix-all stays out; asked for source actions, quick fixes stay out.
     assert all(a.kind == T.CodeActionKind.QuickFix for a in await session.actions(uri, 8, only=["quickfix"]))
     assert [a.kind for a in await session.actions(uri, 8, only=["source"])] == ["source.fixAll.perflsp"]

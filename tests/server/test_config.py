@@ -21,10 +21,10 @@ async def test_neovim_pushes_settings_in_did_change_configuration(start):
     uri = session.open("train.py", TRAIN)
     await session.diagnostics(uri, version=1, where=lambda ds: len(ds) == 3)
     session.client.workspace_did_change_configuration(T.DidChangeConfigurationParams(
-        settings={"perflsp": {"ignore": ["PFL101"], "severity": {"PFL303": "error"}}}))
+        settings={"perflsp": {"ignore": ["PFL101"], "severity": {"PFL502": "error"}}}))
     diagnostics = await session.diagnostics(uri, where=lambda ds: "PFL101" not in codes(ds))
-    assert codes(diagnostics) == ["PFL106", "PFL303"]
-    assert next(d for d in diagnostics if d.code == "PFL303").severity == T.DiagnosticSeverity.Error
+    assert codes(diagnostics) == ["PFL106", "PFL502"]
+    assert next(d for d in diagnostics if d.code == "PFL502").severity == T.DiagnosticSeverity.Error
 
 
 async def test_vscode_settings_are_pulled_and_pulled_again_on_change(start):
@@ -32,11 +32,11 @@ async def test_vscode_settings_are_pulled_and_pulled_again_on_change(start):
     session = await start(VSCODE, settings={"perFileIgnores": {"train.py": ["PFL106"]}})
     uri = session.open("train.py", TRAIN)
     diagnostics = await session.diagnostics(uri, version=1)
-    assert codes(diagnostics) == ["PFL101", "PFL303"]  # camelCase keys map to [tool.perflsp]'s
+    assert codes(diagnostics) == ["PFL101", "PFL502"]  # camelCase keys map to [tool.perflsp]'s
     session.client.set_configuration({"perflsp": {}})
     session.client.workspace_did_change_configuration(T.DidChangeConfigurationParams(settings=None))
     diagnostics = await session.diagnostics(uri, where=lambda ds: len(ds) == 3)
-    assert codes(diagnostics) == ["PFL101", "PFL106", "PFL303"]
+    assert codes(diagnostics) == ["PFL101", "PFL106", "PFL502"]
 
 
 @pytest.mark.parametrize("spec", [NEOVIM, VSCODE])
@@ -45,7 +45,7 @@ async def test_a_pyproject_change_relints_open_files(start, spec):
     session.write("pyproject.toml", "[project]\nname = 'demo'\n\n[tool.perflsp]\n")
     uri = session.open("train.py", TRAIN)
     await session.diagnostics(uri, version=1, where=lambda ds: len(ds) == 3)
-    pyproject = session.write("pyproject.toml", "[project]\nname = 'demo'\n\n[tool.perflsp]\nignore = [\"PFL303\"]\n")
+    pyproject = session.write("pyproject.toml", "[project]\nname = 'demo'\n\n[tool.perflsp]\nignore = [\"PFL502\"]\n")
     os.utime(pyproject, ns=(1, 1))  # a different mtime even on coarse file systems
     if spec == VSCODE:
         # VS Code watches the files the server registered for and reports the change.
@@ -55,7 +55,7 @@ async def test_a_pyproject_change_relints_open_files(start, spec):
         session.client.workspace_did_change_watched_files(T.DidChangeWatchedFilesParams(
             changes=[T.FileEvent(uri=pyproject.as_uri(), type=T.FileChangeType.Changed)]))
     # Neovim 0.7 cannot watch files: the server notices the change itself.
-    diagnostics = await session.diagnostics(uri, where=lambda ds: "PFL303" not in codes(ds))
+    diagnostics = await session.diagnostics(uri, where=lambda ds: "PFL502" not in codes(ds))
     assert codes(diagnostics) == ["PFL101", "PFL106"]
 
 
@@ -65,8 +65,8 @@ async def test_a_bad_config_is_shown_once_and_linting_goes_on_with_defaults(star
     first = session.open("train.py", TRAIN)
     second = session.open("other.py", TRAIN)
     # Both files are still checked, with the default settings.
-    assert codes(await session.diagnostics(first, version=1)) == ["PFL101", "PFL106", "PFL303"]
-    assert codes(await session.diagnostics(second, version=1)) == ["PFL101", "PFL106", "PFL303"]
+    assert codes(await session.diagnostics(first, version=1)) == ["PFL101", "PFL106", "PFL502"]
+    assert codes(await session.diagnostics(second, version=1)) == ["PFL101", "PFL106", "PFL502"]
     await asyncio.sleep(0.2)
     messages = [m for m in session.client.messages if "hot-functionz" in m.message]
     assert len(messages) == 1  # once, not once per file or per keystroke
@@ -82,12 +82,34 @@ async def test_a_bad_config_is_shown_once_and_linting_goes_on_with_defaults(star
     assert await session.diagnostics(session.uri("pyproject.toml"), where=lambda ds: not ds) == []
 
 
+async def test_a_removed_rule_named_in_the_settings_is_a_warning_and_they_apply(start):
+    # PFL303 was removed: a project's config and editor settings that still name it keep working.
+    session = await start(VSCODE, settings={"severity": {"PFL303": "error"}})
+    pyproject = session.write("pyproject.toml", "[tool.perflsp]\nignore = [\"PFL101\", \"PFL303\"]\n")
+    first = session.open("train.py", TRAIN)
+    second = session.open("other.py", TRAIN)
+    # The file's settings apply, not the defaults a config error falls back to: PFL101 stays ignored.
+    assert codes(await session.diagnostics(first, version=1)) == ["PFL106", "PFL502"]
+    assert codes(await session.diagnostics(second, version=1)) == ["PFL106", "PFL502"]
+    await asyncio.sleep(0.2)
+    warnings = [m for m in session.client.messages if "PFL303" in m.message]
+    # Once each (not once per file), blamed on who names it, as warnings that say why it went.
+    assert sorted(m.message.split(" names ")[0] for m in warnings) == sorted([
+        "perflsp: editor settings: `severity`", f"perflsp: {pyproject.resolve()}: `ignore`"])
+    for message in warnings:
+        assert message.type == T.MessageType.Warning
+        assert "PFL303 (contiguous-then-view), which was removed in" in message.message
+        assert "`.reshape()` must copy too" in message.message and "Naming it has no effect" in message.message
+    assert not [m for m in session.client.messages if m.type == T.MessageType.Error]
+    assert session.published(session.uri("pyproject.toml")) == []  # no error diagnostic on the file
+
+
 async def test_bad_editor_settings_are_reported_and_left_out(start):
     session = await start(NEOVIM, init_options={"settings": {"ignore": ["PFL999"], "run": "sometimes"}})
     clip = "        for p in model.parameters():\n            p.grad.mul_(0.5)\n"  # PFL503, a stable rule
     uri = session.open("train.py", TRAIN + clip)
     # The bad overrides are left out as a whole (the pinned `select` and `preview` with them):
-    # all stable rules run, and only they (PFL101, PFL106 and PFL303 are in preview).
+    # all stable rules run, and only they (PFL101, PFL106 and PFL502 are in preview).
     assert codes(await session.diagnostics(uri, version=1)) == ["PFL503"]
     await asyncio.sleep(0.2)
     text = "\n".join(m.message for m in session.client.messages)
@@ -98,17 +120,17 @@ async def test_bad_editor_settings_are_reported_and_left_out(start):
 async def test_each_root_of_a_multi_root_workspace_has_its_own_config(start):
     session = await start(VSCODE, folders=["app", "lib"])
     session.write("app/pyproject.toml", "[tool.perflsp]\nignore = [\"PFL101\"]\n")
-    session.write("lib/pyproject.toml", "[tool.perflsp]\nignore = [\"PFL303\"]\n")
+    session.write("lib/pyproject.toml", "[tool.perflsp]\nignore = [\"PFL502\"]\n")
     app = session.open("app/train.py", TRAIN)
     lib = session.open("lib/train.py", TRAIN)
-    assert codes(await session.diagnostics(app, version=1)) == ["PFL106", "PFL303"]
+    assert codes(await session.diagnostics(app, version=1)) == ["PFL106", "PFL502"]
     assert codes(await session.diagnostics(lib, version=1)) == ["PFL101", "PFL106"]
     # Editor settings per folder too: VS Code answers workspace/configuration for each folder.
     session.client.set_configuration({"perflsp": {"ignore": ["PFL106"]}}, scope_uri=session.uri("lib"))
     session.client.workspace_did_change_configuration(T.DidChangeConfigurationParams(settings=None))
     # In lib the editor's `ignore` replaces the project's (as `--ignore` does on the command line).
-    assert codes(await session.diagnostics(lib, where=lambda ds: "PFL106" not in codes(ds))) == ["PFL101", "PFL303"]
-    assert codes(session.published(app)[-1].diagnostics) == ["PFL106", "PFL303"]  # app: no editor setting
+    assert codes(await session.diagnostics(lib, where=lambda ds: "PFL106" not in codes(ds))) == ["PFL101", "PFL502"]
+    assert codes(session.published(app)[-1].diagnostics) == ["PFL106", "PFL502"]  # app: no editor setting
 
 
 @pytest.mark.parametrize("where", ["initializationOptions", "didChangeConfiguration"])
@@ -125,5 +147,5 @@ async def test_a_setting_of_the_wrong_type_is_reported_and_its_default_used(star
         assert asyncio.get_running_loop().time() < deadline, [m.message for m in session.client.messages]
         await asyncio.sleep(0.02)
     uri = session.open("train.py", TRAIN)
-    assert codes(await session.diagnostics(uri, version=1)) == ["PFL101", "PFL106", "PFL303"]
+    assert codes(await session.diagnostics(uri, version=1)) == ["PFL101", "PFL106", "PFL502"]
     assert "Traceback" not in session.log_text() and "TypeError" not in session.log_text()

@@ -27,7 +27,7 @@ async def test_push_diagnostics_carry_code_link_range_and_hot_loop(shared, spec)
     session = await shared(spec)
     uri = session.open("train.py", TRAIN)
     diagnostics = await session.diagnostics(uri, version=1, where=lambda ds: len(ds) == 3)
-    assert codes(diagnostics) == ["PFL101", "PFL106", "PFL303"]
+    assert codes(diagnostics) == ["PFL101", "PFL106", "PFL502"]
     item = by_code(diagnostics, "PFL101")
     assert item.source == "perflsp"
     assert item.severity == T.DiagnosticSeverity.Warning  # hot code: a warning, not a hint
@@ -62,7 +62,7 @@ async def test_pull_diagnostics_when_the_client_supports_them(shared):
     uri = session.open("train.py", TRAIN)
     report = await session.pull(uri)
     assert report.kind == "full"
-    assert codes(report.items) == ["PFL101", "PFL106", "PFL303"]
+    assert codes(report.items) == ["PFL101", "PFL106", "PFL502"]
     assert report.result_id
     # Same text, same diagnostics: the client is told nothing changed.
     again = await session.pull(uri, previous=report.result_id)
@@ -71,7 +71,7 @@ async def test_pull_diagnostics_when_the_client_supports_them(shared):
     session.replace(uri, TRAIN.replace("        print(loss.item())\n", ""))
     changed = await session.pull(uri, previous=report.result_id)
     assert changed.kind == "full"
-    assert codes(changed.items) == ["PFL106", "PFL303"]
+    assert codes(changed.items) == ["PFL106", "PFL502"]
     await asyncio.sleep(0.3)
     assert session.published(uri) == []  # a pulling client is never pushed document diagnostics
 
@@ -109,10 +109,10 @@ async def test_a_cheap_file_is_analysed_at_once_on_every_change(start):
     uri = session.open("train.py", TRAIN)
     await session.diagnostics(uri, version=1, where=lambda ds: len(ds) == 3)
     delays = []
-    steps = [((9, 0), (9, 0), "# note\n", ["PFL101", "PFL106", "PFL303"]),  # nothing changes: published all the same
-             ((6, 8), (6, 8), "#", ["PFL106", "PFL303"]),  # the `.item()` line commented out
-             ((10, 0), (10, 0), "# more\n", ["PFL106", "PFL303"]),
-             ((6, 8), (6, 9), "", ["PFL101", "PFL106", "PFL303"])]  # and back
+    steps = [((9, 0), (9, 0), "# note\n", ["PFL101", "PFL106", "PFL502"]),  # nothing changes: published all the same
+             ((6, 8), (6, 8), "#", ["PFL106", "PFL502"]),  # the `.item()` line commented out
+             ((10, 0), (10, 0), "# more\n", ["PFL106", "PFL502"]),
+             ((6, 8), (6, 9), "", ["PFL101", "PFL106", "PFL502"])]  # and back
     for start_at, end_at, text, expected in steps:
         version = session.edit(uri, start_at, end_at, text)
         sent = time.monotonic()
@@ -153,7 +153,7 @@ async def test_lint_on_save_only(start):
     assert [p.version for p in session.published(uri)] == [1]  # typing alone analyses nothing
     session.save(uri)
     diagnostics = await session.diagnostics(uri, version=version)
-    assert codes(diagnostics) == ["PFL106", "PFL303"]
+    assert codes(diagnostics) == ["PFL106", "PFL502"]
 
 
 async def test_a_half_typed_line_keeps_the_other_findings_and_adds_one_hint(shared):
@@ -163,7 +163,7 @@ async def test_a_half_typed_line_keeps_the_other_findings_and_adds_one_hint(shar
     # Two new lines above the loop, the second one half typed: the file does not parse.
     broken = session.edit(uri, (3, 0), (3, 0), "log = []\nlog.append(\n")
     diagnostics = await session.diagnostics(uri, version=broken)
-    assert codes(diagnostics) == ["PFL000", "PFL101", "PFL106", "PFL303"]
+    assert codes(diagnostics) == ["PFL000", "PFL101", "PFL106", "PFL502"]
     hint = by_code(diagnostics, "PFL000")
     assert hint.severity == T.DiagnosticSeverity.Hint
     assert hint.range.start.line == 4
@@ -174,7 +174,7 @@ async def test_a_half_typed_line_keeps_the_other_findings_and_adds_one_hint(shar
     # Editing a flagged line while broken drops that finding (its code changed), keeps the others.
     broken = session.edit(uri, (10, 12), (10, 33), "x.cpu()")
     diagnostics = await session.diagnostics(uri, version=broken)
-    assert codes(diagnostics) == ["PFL000", "PFL101", "PFL303"]
+    assert codes(diagnostics) == ["PFL000", "PFL101", "PFL502"]
     fixed = session.edit(uri, (4, 11), (4, 11), "1)")
     diagnostics = await session.diagnostics(uri, version=fixed)
     assert "PFL000" not in codes(diagnostics) and "PFL101" in codes(diagnostics)

@@ -60,7 +60,7 @@ async def test_a_lone_surrogate_gives_the_findings_and_a_warning_where_it_is(sha
     text = TRAIN.replace("print(loss.item())", 'print(loss.item(), "\ud800")')
     version = session.replace(uri, text)
     got = await session.diagnostics(uri, version=version, where=lambda ds: len(ds) == 4)
-    assert sorted(d.code for d in got) == ["PFL000", "PFL101", "PFL106", "PFL303"]
+    assert sorted(d.code for d in got) == ["PFL000", "PFL101", "PFL106", "PFL502"]
     [warning] = [d for d in got if d.code == "PFL000"]
     row = text.split("\n")[6]
     assert (warning.range.start.line, warning.range.start.character) == (6, row.index("\ud800"))

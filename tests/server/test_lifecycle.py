@@ -139,4 +139,4 @@ async def test_a_second_initialize_is_refused_and_the_session_goes_on(start):
                                                                  root_uri=session.root.as_uri()))
     version = session.edit(uri, (6, 0), (7, 0), "")  # `print(loss.item())` goes, and its PFL101 with it
     diagnostics = await session.diagnostics(uri, version=version)
-    assert sorted(d.code for d in diagnostics) == ["PFL106", "PFL303"]
+    assert sorted(d.code for d in diagnostics) == ["PFL106", "PFL502"]

@@ -111,7 +111,17 @@ def test_resolve_falls_back_to_defaults_on_a_bad_config_file(tmp_path: Path):
 
 
 def test_resolve_leaves_out_bad_editor_overrides_but_keeps_the_file(tmp_path: Path):
-    (tmp_path / "pyproject.toml").write_text("[tool.perflsp]\nignore = [\"PFL303\"]\n")
+    (tmp_path / "pyproject.toml").write_text("[tool.perflsp]\nignore = [\"PFL502\"]\n")
     resolved = resolve(tmp_path / "a.py", parse({"select": ["PFL9"]}))
-    assert resolved.settings.ignore == ("PFL303",)  # the file's settings stay
+    assert resolved.settings.ignore == ("PFL502",)  # the file's settings stay
     assert resolved.error.startswith("editor settings:") and resolved.error_file is None
+
+
+def test_resolve_accepts_a_removed_rule_with_a_warning_blamed_on_who_names_it(tmp_path: Path):
+    (tmp_path / "pyproject.toml").write_text("[tool.perflsp]\nignore = [\"PFL101\", \"PFL303\"]\n")
+    resolved = resolve(tmp_path / "a.py", parse({"extendSelect": ["PFL303"]}))
+    assert resolved.error is None  # not the defaults a config error falls back to
+    assert resolved.settings.ignore == ("PFL101", "PFL303") and resolved.settings.extend_select == ("PFL303",)
+    assert [w.split(" names ")[0] for w in resolved.warnings] == [
+        f"{(tmp_path / 'pyproject.toml').resolve()}: `ignore`", "editor settings: `extend-select`"]
+    assert resolve(tmp_path / "a.py", EditorSettings()).warnings == resolved.warnings[:1]

@@ -27,10 +27,10 @@ async def test_workspace_diagnostics_are_pushed_for_files_that_are_not_open(star
     root = workspace(tmp_path / "ws")
     session = await start(NEOVIM, root=root, init_options={"settings": {"workspaceDiagnostics": True}})
     train = await session.diagnostics(session.uri("train.py"), where=lambda ds: len(ds) == 3)
-    assert sorted(d.code for d in train) == ["PFL101", "PFL106", "PFL303"]
+    assert sorted(d.code for d in train) == ["PFL101", "PFL106", "PFL502"]
     model = await session.diagnostics(session.uri("pkg/model.py"), where=lambda ds: len(ds) == 2)
     assert all(p.version is None for p in session.published(session.uri("pkg/model.py")))  # not open: no version
-    assert sorted(d.code for d in model) == ["PFL101", "PFL303"]
+    assert sorted(d.code for d in model) == ["PFL101", "PFL502"]
     assert list(session.published(session.uri("clean.py"))[-1].diagnostics) == []
     # The same cache as `perflsp check`: a second run is a stat per file.
     [cache] = list((root / ".perflsp_cache").glob("*/findings.json"))
@@ -52,7 +52,7 @@ async def test_workspace_diagnostics_are_pulled_without_the_open_files(start, tm
     reports = {item.uri: item for item in first.items}
     assert set(reports) == {session.uri("train.py"), session.uri("pkg/model.py"), session.uri("clean.py")}
     assert uri not in reports  # open: the document pull answers for it
-    assert sorted(d.code for d in reports[session.uri("train.py")].items) == ["PFL101", "PFL106", "PFL303"]
+    assert sorted(d.code for d in reports[session.uri("train.py")].items) == ["PFL101", "PFL106", "PFL502"]
     assert list(reports[session.uri("clean.py")].items) == []
     # Nothing changed: every report comes back "unchanged" with the same result id.
     previous = [T.PreviousResultId(uri=u, value=r.result_id) for u, r in reports.items()]

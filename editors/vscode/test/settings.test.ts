@@ -35,12 +35,12 @@ describe("serverSettings", () => {
 
   it("forwards what the user set, under the keys the server reads", () => {
     const out = serverSettings(lookup({
-      select: ["PFL1", "PFL303"], ignore: ["PFL104"], severity: { PFL1: "error" }, "profile.timeout": 60,
+      select: ["PFL1", "PFL502"], ignore: ["PFL104"], severity: { PFL1: "error" }, "profile.timeout": 60,
       workspaceDiagnostics: true, logLevel: "debug",
     }), { trusted: true, interpreter: ["/venv/bin/python"] });
     expect(out).toEqual({
       run: "onType", workspaceDiagnostics: true, logLevel: "debug", interpreter: ["/venv/bin/python"],
-      profile: { enabled: true, timeout: 60 }, select: ["PFL1", "PFL303"], ignore: ["PFL104"], severity: { PFL1: "error" },
+      profile: { enabled: true, timeout: 60 }, select: ["PFL1", "PFL502"], ignore: ["PFL104"], severity: { PFL1: "error" },
     });
   });
 
