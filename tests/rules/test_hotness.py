@@ -464,6 +464,30 @@ def test_ignite_iteration_handlers_and_metric_updates_run_per_step(tmp_path):
         (20, "in `Hits.update`, which ignite calls on every iteration of an engine the metric is attached to")]
 
 
+def test_composer_callbacks_and_mmengine_hooks_run_their_batch_events_per_step(tmp_path):
+    found = _project(tmp_path, {"hooks.py": """
+        from composer import Callback
+        from mmengine.hooks import Hook
+
+        class Speed(Callback):
+            def batch_end(self, state, logger):
+                print(state.loss.item())
+
+            def epoch_end(self, state, logger):
+                print(state.loss.item())
+
+        class Ema(Hook):
+            def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+                print(outputs["loss"].item())
+
+            def after_train_epoch(self, runner):
+                print(runner.loss.item())
+        """})
+    assert [(row, hot) for _, row, code, hot in found if code == "PFL101"] == [
+        (7, "in `Speed.batch_end`, which composer's `Trainer` calls on every batch"),
+        (14, "in `Ema.after_train_iter`, which mmengine's runner calls on every iteration")]
+
+
 def test_loops_in_code_not_known_to_run_per_step_are_not_hot(tmp_path):
     found = _project(tmp_path, {"util.py": """
         def summarize(values):
