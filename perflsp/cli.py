@@ -251,15 +251,13 @@ def _warn_about_settings(paths: Iterable[Path], overrides: Dict[str, Any]) -> No
     from perflsp.rules.removed import removed_warnings
     from perflsp.rules.runner import file_settings
 
-    paths = list(paths)
-    written = [file_settings(path) for path in paths]
-    if overrides:
-        written.append(Settings(source="command line").with_overrides(overrides, "command line"))
+    files = [file_settings(path) for path in paths]
+    written = files + [Settings(source="command line").with_overrides(overrides, "command line")] if overrides else files
     messages = [m for s in written for m in removed_warnings(s)]
     # Only a selection narrower than the catch-all `PFL` can name preview rules alone: the common
     # case skips importing every rule (and libcst), most of a warm check's CPU time.
-    merged = [s for s in (file_settings(path, overrides) for path in paths)
-              if not s.preview and any(c != "PFL" for c in s.select + s.extend_select)]
+    merged = [s.with_overrides(overrides, "command line") if overrides else s for s in files]
+    merged = [s for s in merged if not s.preview and any(c != "PFL" for c in s.select + s.extend_select)]
     if merged:
         from perflsp.rules.registry import preview_warnings
 
